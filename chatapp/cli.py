@@ -1,0 +1,196 @@
+"""The `chatapp` command line (typer); the UI and llama.cpp are imported only inside commands."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+
+from chatapp.engine.protocol import EngineError, LoadOptions
+from chatapp.sampling import BOUNDS, SamplerSettings, SettingsError
+
+app = typer.Typer(
+    name="chatapp",
+    help="Run GGUF models locally in the terminal and see what they do.",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+ModelOpt = Annotated[
+    Path | None, typer.Option("--model", "-m", help="GGUF file (default: the bundled SmolLM2)")
+]
+CtxOpt = Annotated[int, typer.Option("--ctx", min=16, help="context size in tokens")]
+NglOpt = Annotated[int, typer.Option("--ngl", min=-1, help="layers on the GPU (-1 = all)")]
+ThreadsOpt = Annotated[
+    int | None, typer.Option("--threads", min=1, help="CPU threads (default: all cores)")
+]
+BatchOpt = Annotated[int, typer.Option("--batch", min=1, help="prompt batch size")]
+FlashOpt = Annotated[bool, typer.Option("--flash-attn/--no-flash-attn", help="flash attention")]
+
+
+def _bound_help(name: str) -> str:
+    b = BOUNDS[name]
+    return f"{b.help} [{b.low:g}..{b.high:g}]"
+
+
+def load_options(model: Path | None, ctx: int, ngl: int, threads: int | None, batch: int = 512,
+                 flash_attn: bool = False) -> LoadOptions:
+    from chatapp.commands.ask import resolve_model
+
+    return LoadOptions(
+        model_path=resolve_model(model),
+        n_ctx=ctx,
+        n_gpu_layers=ngl,
+        n_threads=threads,
+        n_batch=min(batch, ctx),
+        flash_attn=flash_attn,
+    )
+
+
+@app.callback()
+def root(ctx: typer.Context) -> None:
+    """With no command, open the chat on the bundled model."""
+    if ctx.invoked_subcommand is None:
+        chat(model=None)
+
+
+@app.command()
+def chat(
+    model: Annotated[Path | None, typer.Argument(help="GGUF file (default: bundled)")] = None,
+    ctx: CtxOpt = 4096,
+    ngl: NglOpt = -1,
+    threads: ThreadsOpt = None,
+    batch: BatchOpt = 512,
+    flash_attn: FlashOpt = False,
+    server: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
+) -> None:
+    """Open the chat TUI."""
+    options = load_options(model, ctx, ngl, threads, batch, flash_attn)
+    from chatapp.ui.app import run_chat_app  # the UI is imported only here
+
+    run_chat_app(options, server=server)
+
+
+@app.command()
+def ask(
+    prompt: Annotated[str, typer.Argument(help="what to ask")],
+    model: ModelOpt = None,
+    system: Annotated[str | None, typer.Option(help="system prompt")] = None,
+    max_tokens: Annotated[int, typer.Option(help=_bound_help("max_tokens"))] = 256,
+    temperature: Annotated[float, typer.Option(help=_bound_help("temperature"))] = 0.8,
+    top_p: Annotated[float, typer.Option(help=_bound_help("top_p"))] = 0.95,
+    top_k: Annotated[int, typer.Option(help=_bound_help("top_k"))] = 40,
+    min_p: Annotated[float, typer.Option(help=_bound_help("min_p"))] = 0.05,
+    repeat_penalty: Annotated[float, typer.Option(help=_bound_help("repeat_penalty"))] = 1.1,
+    seed: Annotated[int, typer.Option(help=_bound_help("seed"))] = 42,
+    stop: Annotated[list[str] | None, typer.Option(help="stop string (repeatable)")] = None,
+    ctx: CtxOpt = 4096,
+    ngl: NglOpt = -1,
+    threads: ThreadsOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
+    server: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="environment variable holding the server's API key")
+    ] = None,
+    model_name: Annotated[str | None, typer.Option(help="model name on the server")] = None,
+) -> None:
+    """Stream one reply to stdout, then a stats line to stderr."""
+    from chatapp.commands.ask import run_ask
+
+    settings = SamplerSettings(
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        min_p=min_p,
+        repeat_penalty=repeat_penalty,
+        max_tokens=max_tokens,
+        seed=seed,
+    )
+    if server:
+        options = LoadOptions(model_path=str(model or ""), n_ctx=ctx)
+        remote = {"api_key_env": api_key_env, "model_name": model_name}
+    else:
+        options = load_options(model, ctx, ngl, threads)
+        remote = None
+    code = run_ask(
+        prompt, options, settings, system=system, stop=stop or [], as_json=as_json,
+        server=server, remote=remote,
+    )
+    raise typer.Exit(code)
+
+
+@app.command()
+def tokenize(
+    text: Annotated[str, typer.Argument(help="any text")],
+    model: ModelOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON list on stdout")] = False,
+    special: Annotated[bool, typer.Option(help="parse special tokens like <|im_start|>")] = True,
+) -> None:
+    """Print the tokens (id, piece) of any text."""
+    from chatapp.commands.ask import run_tokenize
+
+    options = LoadOptions(model_path=_model_path(model), n_ctx=512, n_gpu_layers=0)
+    raise typer.Exit(run_tokenize(text, options, as_json, special))
+
+
+@app.command()
+def bench(
+    model: ModelOpt = None,
+    tokens: Annotated[int, typer.Option(min=8, help="tokens generated per run")] = 128,
+    prompt_tokens: Annotated[int, typer.Option(min=8, help="prompt tokens per run")] = 256,
+    reps: Annotated[int, typer.Option(min=1, help="repetitions (alternating)")] = 3,
+    threads: ThreadsOpt = None,
+    ngl: NglOpt = -1,
+    llama_bench: Annotated[
+        Path | None, typer.Option("--llama-bench", help="path of llama.cpp's llama-bench")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
+) -> None:
+    """Decode and prefill speed of the engine vs llama-cpp-python (and llama-bench)."""
+    from chatapp.bench import run_bench
+
+    options = load_options(model, 2048, ngl, threads)
+    raise typer.Exit(
+        run_bench(options, tokens=tokens, prompt_tokens=prompt_tokens, reps=reps,
+                  llama_bench=llama_bench, as_json=as_json)
+    )
+
+
+def _model_path(model: Path | None) -> str:
+    from chatapp.commands.ask import resolve_model
+
+    return resolve_model(model)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: user errors are one `error:` line and a non-zero exit."""
+    from chatapp.bundled import BundledModelMissing
+
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=argv, prog_name="chatapp", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        print(exc.ctx.get_help() if exc.ctx else str(exc))
+        code = 0
+    except click.ClickException as exc:
+        print(f"error: {exc.format_message()}", file=sys.stderr)
+        code = exc.exit_code or 2
+    except click.exceptions.Abort:
+        print("error: aborted", file=sys.stderr)
+        code = 130
+    except (EngineError, SettingsError, BundledModelMissing) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        code = 130
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The command-line commands, one module each; cli.py wires them into typer."""

@@ -1,0 +1,156 @@
+"""`chatapp ask` and `chatapp tokenize`: one reply or one tokenization, streamed to stdout."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from chatapp.engine.protocol import (
+    ChatMessage,
+    Failed,
+    Finished,
+    GenerateRequest,
+    LoadOptions,
+    Notice,
+    Token,
+)
+from chatapp.sampling import SamplerSettings
+
+
+def resolve_model(model: Path | None) -> str:
+    """The model path to use: the one given, or the bundled default."""
+    if model is not None:
+        return str(model)
+    from chatapp.bundled import default_model
+
+    return str(default_model())
+
+
+def make_engine(options: LoadOptions, server: str | None = None, **remote):
+    """A started engine: local child process, or a server when `server` is given."""
+    if server:
+        from chatapp.engine.remote import RemoteEngine
+
+        engine = RemoteEngine(server, **remote)
+    else:
+        from chatapp.engine.local import LocalEngine
+
+        engine = LocalEngine(options)
+    engine.start()
+    return engine
+
+
+def run_ask(
+    prompt: str,
+    options: LoadOptions,
+    settings: SamplerSettings,
+    *,
+    system: str | None,
+    stop: list[str],
+    as_json: bool,
+    top_n: int = 5,
+    server: str | None = None,
+    remote: dict | None = None,
+) -> int:
+    messages = []
+    if system:
+        messages.append(ChatMessage("system", system))
+    messages.append(ChatMessage("user", prompt))
+    request = GenerateRequest(
+        messages=tuple(messages), settings=settings, stop=tuple(stop), top_n=top_n
+    )
+    engine = make_engine(options, server, **(remote or {}))
+    tokens: list[Token] = []
+    finished: Finished | None = None
+    failed: Failed | None = None
+    out = sys.stdout
+    try:
+        for event in engine.generate(request):
+            if isinstance(event, Token):
+                tokens.append(event)
+                if not as_json:
+                    out.write(event.text)
+                    out.flush()
+            elif isinstance(event, Notice):
+                print(f"note: {event.message}", file=sys.stderr)
+            elif isinstance(event, Finished):
+                finished = event
+            elif isinstance(event, Failed):
+                failed = event
+        info = engine.info
+    finally:
+        engine.close()
+    if failed is not None:
+        if not as_json and tokens:
+            out.write("\n")
+        print(f"error: {failed.message}", file=sys.stderr)
+        return 1
+    assert finished is not None
+    st = finished.stats
+    if as_json:
+        payload = {
+            "text": finished.text,
+            "stop_reason": str(finished.reason),
+            "prompt_tokens": st.prompt_tokens,
+            "completion_tokens": st.completion_tokens,
+            "ttft_s": st.ttft_s,
+            "prefill_tps": st.prefill_tps,
+            "decode_tps": st.decode_tps,
+            "load_s": info.load_s if info else None,
+            "model": {
+                "path": info.path if info else options.model_path,
+                "size_bytes": info.size_bytes if info else None,
+                "quant": info.quant if info else None,
+                "architecture": info.architecture if info else None,
+                "n_params": info.n_params if info else None,
+            },
+            "tokens": [
+                {
+                    "id": t.id,
+                    "text": t.piece.decode("utf-8", "replace"),
+                    "logprob": t.logprob,
+                    "top": [{"id": c.id, "text": c.text, "p": c.p} for c in t.candidates],
+                }
+                for t in tokens
+            ],
+        }
+        json.dump(payload, out, ensure_ascii=False)
+        out.write("\n")
+    else:
+        out.write("\n")
+        print(stats_line(finished), file=sys.stderr)
+    return 0
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def stats_line(finished: Finished) -> str:
+    st = finished.stats
+    ttft = "n/a" if st.ttft_s is None else f"{st.ttft_s * 1000:.0f} ms"
+    return (
+        f"TTFT {ttft} | prefill {_num(st.prefill_tps, '.1f')} t/s "
+        f"({st.prompt_evaluated} tok) | decode {_num(st.decode_tps, '.1f')} t/s | "
+        f"{st.completion_tokens} tokens | stop: {finished.reason}"
+    )
+
+
+def run_tokenize(text: str, options: LoadOptions, as_json: bool, special: bool) -> int:
+    from chatapp.engine.local import LocalEngine
+
+    with LocalEngine(options) as engine:
+        pieces = engine.tokenize(text, special=special)
+    if as_json:
+        json.dump(
+            [{"id": p.id, "piece": p.text, "bytes": list(p.piece)} for p in pieces],
+            sys.stdout,
+            ensure_ascii=False,
+        )
+        sys.stdout.write("\n")
+    else:
+        for p in pieces:
+            print(f"{p.id:>7}  {p.piece!r}")
+        print(f"{len(pieces)} tokens", file=sys.stderr)
+    return 0

@@ -1,0 +1,41 @@
+"""Everything that touches llama.cpp or a server; never imports textual or rich."""
+
+from chatapp.engine.protocol import (
+    Candidate,
+    ChatMessage,
+    Engine,
+    EngineCrashed,
+    EngineError,
+    Event,
+    Failed,
+    Finished,
+    GenerateRequest,
+    LoadOptions,
+    ModelInfo,
+    Notice,
+    PromptEvaluated,
+    SettingsApplied,
+    StopReason,
+    Token,
+    TokenPiece,
+)
+
+__all__ = [
+    "Candidate",
+    "ChatMessage",
+    "Engine",
+    "EngineCrashed",
+    "EngineError",
+    "Event",
+    "Failed",
+    "Finished",
+    "GenerateRequest",
+    "LoadOptions",
+    "ModelInfo",
+    "Notice",
+    "PromptEvaluated",
+    "SettingsApplied",
+    "StopReason",
+    "Token",
+    "TokenPiece",
+]

@@ -1,0 +1,251 @@
+"""Client side of the child-process engine: spawns the worker and streams its events."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from chatapp import paths
+from chatapp.engine.protocol import (
+    EngineCrashed,
+    EngineError,
+    Event,
+    Failed,
+    Finished,
+    GenerateRequest,
+    LoadOptions,
+    ModelInfo,
+    TokenPiece,
+)
+from chatapp.sampling import SamplerSettings
+
+LOAD_TIMEOUT_S = 300.0
+POLL_S = 0.05
+
+
+def check_model_file(path: str) -> None:
+    """Refuse what is plainly not a model file before a worker is spawned."""
+    p = Path(path)
+    if not p.exists():
+        raise EngineError(f"model file not found: {path}")
+    if p.is_dir():
+        raise EngineError(f"{path} is a directory, not a GGUF model file")
+    try:
+        with p.open("rb") as fh:
+            magic = fh.read(4)
+    except PermissionError as exc:
+        raise EngineError(f"cannot read {path}: permission denied") from exc
+    except OSError as exc:
+        raise EngineError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if magic != b"GGUF":
+        what = "it is empty" if not magic else "it does not start with the GGUF magic"
+        raise EngineError(f"{path} is not a GGUF model file ({what})")
+    try:
+        from chatapp.gguf_info import validate  # header checks, when that module is present
+    except ImportError:
+        return
+    validate(path)
+
+
+class LocalEngine:
+    """A model running in a child process. Generation calls come from one thread at a time;
+    cancel() and update_settings() may come from any thread."""
+
+    def __init__(self, options: LoadOptions) -> None:
+        self.options = options
+        self.info: ModelInfo | None = None
+        self.log_path = paths.log_dir() / "worker.log"
+        self._proc: mp.process.BaseProcess | None = None
+        self._conn = None
+        self._side = None
+        self._send_lock = threading.Lock()
+        self._side_lock = threading.Lock()
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> ModelInfo:
+        """Spawn a worker and load the model; raises EngineError naming the file and reason."""
+        check_model_file(self.options.model_path)
+        self.close()
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        side_parent, side_child = ctx.Pipe()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        from chatapp.engine import worker
+
+        proc = ctx.Process(
+            target=worker.main,
+            args=(child, side_child, self.options, str(self.log_path)),
+            name="chatapp-worker",
+            daemon=True,
+        )
+        proc.start()
+        child.close()
+        side_child.close()
+        self._proc, self._conn, self._side = proc, parent, side_parent
+        msg = self._recv(timeout=LOAD_TIMEOUT_S, what="loading the model")
+        if msg[0] == "load_failed":
+            self.close()
+            raise EngineError(msg[1])
+        info: ModelInfo = msg[1]
+        from chatapp.engine.worker import offloaded_from_log
+
+        logged = offloaded_from_log(self.log_tail(400))
+        if logged is not None and logged != info.n_gpu_layers:
+            info = _replace(info, n_gpu_layers=logged)
+        self.info = info
+        return info
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def close(self) -> None:
+        """End the worker (frees all model and GPU memory)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            with self._send_lock:
+                self._conn.send(("close",))
+        except (OSError, ValueError):
+            pass
+        proc.join(timeout=2.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=2.0)
+        for conn in (self._conn, self._side):
+            try:
+                conn.close()
+            except OSError:
+                pass
+        self.info = None
+
+    def kill(self) -> None:
+        """Stop a stuck worker at once."""
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+
+    def __enter__(self) -> LocalEngine:
+        if self.info is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- talking to the worker ----------------------------------------------------------
+
+    def _send(self, msg) -> None:
+        if not self.alive:
+            raise self._crashed("the model worker is not running")
+        with self._send_lock:
+            try:
+                self._conn.send(msg)
+            except (OSError, ValueError) as exc:
+                raise self._crashed("the model worker stopped") from exc
+
+    def _recv(self, timeout: float | None = None, what: str = "a reply"):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                if self._conn.poll(POLL_S):
+                    return self._conn.recv()
+            except (EOFError, OSError) as exc:
+                raise self._crashed(f"the model worker died while {what}") from exc
+            if self._proc is None or not self._proc.is_alive():
+                if self._conn.poll(0):
+                    continue  # read what it sent before it ended
+                raise self._crashed(f"the model worker died while {what}")
+            if deadline is not None and time.monotonic() > deadline:
+                self.kill()
+                raise self._crashed(f"the model worker did not answer while {what}")
+
+    def _crashed(self, message: str) -> EngineCrashed:
+        code = self._proc.exitcode if self._proc is not None else None
+        if code is not None and code < 0:
+            import signal
+
+            try:
+                message += f" (signal {signal.Signals(-code).name})"
+            except ValueError:
+                message += f" (signal {-code})"
+        elif code:
+            message += f" (exit code {code})"
+        tail = self.log_tail()
+        return EngineCrashed(message + "; start it again to continue", tail, code)
+
+    def log_tail(self, lines: int = 12) -> str:
+        """The last lines the worker (llama.cpp) wrote to its log in this session."""
+        try:
+            with self.log_path.open("rb") as fh:
+                fh.seek(getattr(self, "_log_start", 0))
+                data = fh.read()[-65536:]
+        except OSError:
+            return ""
+        return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+    # ---- the Engine interface -----------------------------------------------------------
+
+    def generate(self, request: GenerateRequest) -> Iterator[Event]:
+        """Stream one reply's events; raises EngineCrashed if the worker dies."""
+        self._send(("generate", request))
+        while True:
+            msg = self._recv()
+            if msg[0] != "events":
+                continue
+            for event in msg[1]:
+                yield event
+                if isinstance(event, Finished | Failed):
+                    return
+
+    def update_settings(self, settings: SamplerSettings) -> None:
+        self._send(("settings", settings))
+
+    def cancel(self) -> None:
+        if self.alive:
+            self._send(("cancel",))
+
+    def tokenize(self, text: str, special: bool = True) -> list[TokenPiece]:
+        return self._side_call(("tokenize", text, special))
+
+    def render_prompt(self, request: GenerateRequest) -> tuple[str, str]:
+        """The templated prompt text for a request, and a warning if a fallback was used."""
+        return self._side_call(("template", request))
+
+    def score(self, tokens: list[int]) -> np.ndarray:
+        """Log-probabilities of each next token of a text (for perplexity and KL)."""
+        self._send(("score", list(tokens)))
+        msg = self._recv(what="scoring")
+        if isinstance(msg[1], str):
+            raise EngineError(msg[1])
+        return msg[1]
+
+    def _side_call(self, msg):
+        if not self.alive:
+            raise self._crashed("the model worker is not running")
+        with self._side_lock:
+            try:
+                self._side.send(msg)
+                while not self._side.poll(POLL_S):
+                    if not self.alive:
+                        raise self._crashed("the model worker died")
+                return self._side.recv()
+            except (EOFError, OSError) as exc:
+                raise self._crashed("the model worker died") from exc
+
+
+def _replace(info: ModelInfo, **changes) -> ModelInfo:
+    from dataclasses import replace
+
+    return replace(info, **changes)

@@ -1,0 +1,216 @@
+"""The Engine interface and the events a generation yields (plain, picklable dataclasses)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from chatapp.metrics import GenerationStats
+from chatapp.sampling import SamplerSettings
+
+
+class EngineError(Exception):
+    """A problem the user can act on (bad file, full context, dead server); str() is one sentence."""
+
+
+class EngineCrashed(EngineError):
+    """The worker process died; carries the last lines of its log."""
+
+    def __init__(self, message: str, log_tail: str = "", exitcode: int | None = None) -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
+        self.exitcode = exitcode
+
+
+class StopReason(StrEnum):
+    """Why a reply ended."""
+
+    EOG = "eog"  # the model's end-of-generation token
+    MAX_TOKENS = "max_tokens"
+    STOP_STRING = "stop_string"
+    CANCELLED = "cancelled"
+    CONTEXT_FULL = "context_full"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load a model file."""
+
+    model_path: str
+    n_ctx: int = 4096
+    n_gpu_layers: int = -1  # -1 = all layers
+    n_threads: int | None = None  # None = all cores
+    n_batch: int = 512
+    flash_attn: bool = False
+
+    @property
+    def threads(self) -> int:
+        return self.n_threads or os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the engine reports once a model is loaded."""
+
+    path: str
+    n_vocab: int
+    n_ctx: int
+    n_ctx_train: int
+    load_s: float
+    gpu_offload_supported: bool
+    n_gpu_layers: int  # layers actually on the GPU
+    n_layers: int
+    n_threads: int
+    has_chat_template: bool
+    description: str = ""
+    size_bytes: int = 0
+    architecture: str = ""
+    quant: str = ""
+    n_params: int = 0
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """One reply to generate."""
+
+    messages: tuple[ChatMessage, ...]
+    settings: SamplerSettings = field(default_factory=SamplerSettings)
+    stop: tuple[str, ...] = ()
+    reply_prefix_ids: tuple[int, ...] = ()  # continue / rewind: the reply starts with these
+    top_n: int = 10  # candidates reported per token (0 = none)
+    ignore_eos: bool = False  # benchmarks: generate exactly max_tokens
+    raw_prompt: str | None = None  # skip the chat template (completion mode)
+
+
+@dataclass(frozen=True)
+class TokenPiece:
+    """One token of a text: its id and exact bytes."""
+
+    id: int
+    piece: bytes
+
+    @property
+    def text(self) -> str:
+        return self.piece.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate for the next token."""
+
+    id: int
+    piece: bytes
+    p: float  # probability before the samplers (softmax of the logits)
+    p_final: float  # probability after penalties, top-k, top-p, min-p and temperature
+    kept_top_k: bool = True
+    kept_top_p: bool = True
+    kept_min_p: bool = True
+
+    @property
+    def kept(self) -> bool:
+        return self.kept_top_k and self.kept_top_p and self.kept_min_p
+
+    @property
+    def text(self) -> str:
+        return self.piece.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class PromptEvaluated:
+    """The prompt went through the template and prefill."""
+
+    tokens: tuple[TokenPiece, ...]
+    rendered: str  # the templated prompt text
+    n_new: int  # tokens evaluated now
+    n_reused: int  # tokens taken from the KV cache
+    prefill_s: float
+    t: float  # perf_counter in the engine when prefill ended
+
+
+@dataclass(frozen=True)
+class Token:
+    """One sampled token of the reply."""
+
+    index: int  # position in the reply, from 0
+    id: int
+    piece: bytes
+    text: str  # decoded text delta (may be "" while a UTF-8 character is split)
+    t: float  # perf_counter when sampled
+    logprob: float | None = None  # log p of this token before the samplers
+    candidates: tuple[Candidate, ...] = ()
+
+
+@dataclass(frozen=True)
+class SettingsApplied:
+    """New sampler settings took effect from token `index` of the reply."""
+
+    settings: SamplerSettings
+    index: int
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The reply ended."""
+
+    reason: StopReason
+    text: str  # the full reply (stop string removed)
+    stats: GenerationStats
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the user should know that does not stop the reply (e.g. a fallback template)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The reply could not be produced; message is one sentence for the user."""
+
+    message: str
+
+
+Event = PromptEvaluated | Token | SettingsApplied | Notice | Finished | Failed
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A model that can chat. Local (child process) or remote (HTTP server)."""
+
+    info: ModelInfo | None
+
+    def start(self) -> ModelInfo:
+        """Load the model; raises EngineError with a plain sentence on failure."""
+        ...
+
+    def generate(self, request: GenerateRequest) -> Iterator[Event]:
+        """Stream the events of one reply. Ends with Finished or Failed."""
+        ...
+
+    def update_settings(self, settings: SamplerSettings) -> None:
+        """New sampler settings for the reply in progress (from its next token). Thread-safe."""
+        ...
+
+    def cancel(self) -> None:
+        """Stop the reply in progress within one token. Thread-safe."""
+        ...
+
+    def tokenize(self, text: str, special: bool = True) -> list[TokenPiece]:
+        """Cut any text into tokens."""
+        ...
+
+    def close(self) -> None:
+        """Free the model (ends the worker process)."""
+        ...

@@ -1,0 +1,97 @@
+"""Generation timing: stats from child-side timestamps and a rolling rate meter (pure)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    """What one reply cost, from timestamps taken next to the decode calls."""
+
+    prompt_tokens: int = 0
+    """Tokens of the templated prompt (reused + evaluated)."""
+    prompt_evaluated: int = 0
+    """Prompt tokens evaluated for this reply (the rest came from the KV cache)."""
+    completion_tokens: int = 0
+    ttft_s: float | None = None
+    """Request received -> first token sampled (includes prompt evaluation)."""
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    """First token -> last token."""
+    n_past: int = 0
+    """Tokens in the context after the reply."""
+    n_ctx: int = 0
+
+    @property
+    def prefill_tps(self) -> float | None:
+        if self.prompt_evaluated <= 0 or self.prefill_s <= 0:
+            return None
+        return self.prompt_evaluated / self.prefill_s
+
+    @property
+    def decode_tps(self) -> float | None:
+        if self.completion_tokens < 2 or self.decode_s <= 0:
+            return None
+        return (self.completion_tokens - 1) / self.decode_s
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["prefill_tps"] = self.prefill_tps
+        data["decode_tps"] = self.decode_tps
+        return data
+
+
+def stats_from_times(
+    *,
+    t_request: float,
+    t_prefill_start: float,
+    t_prefill_end: float,
+    token_times: list[float],
+    prompt_tokens: int,
+    prompt_evaluated: int,
+    n_past: int,
+    n_ctx: int,
+) -> GenerationStats:
+    """Build GenerationStats from perf_counter timestamps."""
+    return GenerationStats(
+        prompt_tokens=prompt_tokens,
+        prompt_evaluated=prompt_evaluated,
+        completion_tokens=len(token_times),
+        ttft_s=(token_times[0] - t_request) if token_times else None,
+        prefill_s=max(0.0, t_prefill_end - t_prefill_start),
+        decode_s=(token_times[-1] - token_times[0]) if len(token_times) > 1 else 0.0,
+        n_past=n_past,
+        n_ctx=n_ctx,
+    )
+
+
+@dataclass
+class RateMeter:
+    """Tokens per second over the last `window` intervals, for a live sparkline."""
+
+    window: int = 16
+    _times: deque[float] = field(default_factory=deque)
+
+    def add(self, t: float) -> None:
+        self._times.append(t)
+        while len(self._times) > self.window + 1:
+            self._times.popleft()
+
+    def reset(self) -> None:
+        self._times.clear()
+
+    @property
+    def rate(self) -> float | None:
+        if len(self._times) < 2:
+            return None
+        span = self._times[-1] - self._times[0]
+        return (len(self._times) - 1) / span if span > 0 else None
+
+
+def median(values: list[float]) -> float:
+    """Median of a non-empty list."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
