@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 
 from chatapp.engine.protocol import EngineError, LoadOptions
@@ -38,8 +37,14 @@ def _bound_help(name: str) -> str:
     return f"{b.help} [{b.low:g}..{b.high:g}]"
 
 
-def load_options(model: Path | None, ctx: int, ngl: int, threads: int | None, batch: int = 512,
-                 flash_attn: bool = False) -> LoadOptions:
+def load_options(
+    model: Path | None,
+    ctx: int,
+    ngl: int,
+    threads: int | None,
+    batch: int = 512,
+    flash_attn: bool = False,
+) -> LoadOptions:
     from chatapp.commands.ask import resolve_model
 
     return LoadOptions(
@@ -118,8 +123,14 @@ def ask(
         options = load_options(model, ctx, ngl, threads)
         remote = None
     code = run_ask(
-        prompt, options, settings, system=system, stop=stop or [], as_json=as_json,
-        server=server, remote=remote,
+        prompt,
+        options,
+        settings,
+        system=system,
+        stop=stop or [],
+        as_json=as_json,
+        server=server,
+        remote=remote,
     )
     raise typer.Exit(code)
 
@@ -156,8 +167,14 @@ def bench(
 
     options = load_options(model, 2048, ngl, threads)
     raise typer.Exit(
-        run_bench(options, tokens=tokens, prompt_tokens=prompt_tokens, reps=reps,
-                  llama_bench=llama_bench, as_json=as_json)
+        run_bench(
+            options,
+            tokens=tokens,
+            prompt_tokens=prompt_tokens,
+            reps=reps,
+            llama_bench=llama_bench,
+            as_json=as_json,
+        )
     )
 
 
@@ -167,6 +184,20 @@ def _model_path(model: Path | None) -> str:
     return resolve_model(model)
 
 
+def _cli_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [typer.TyperException, typer.Abort]
+    try:  # typer >= 0.20 vendors click; older typer raises click's own exceptions
+        import click
+
+        errors += [click.ClickException, click.exceptions.Abort]
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+_CLI_ERRORS = _cli_errors()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: user errors are one `error:` line and a non-zero exit."""
     from chatapp.bundled import BundledModelMissing
@@ -174,15 +205,17 @@ def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(app)
     try:
         code = command.main(args=argv, prog_name="chatapp", standalone_mode=False)
-    except click.exceptions.NoArgsIsHelpError as exc:
-        print(exc.ctx.get_help() if exc.ctx else str(exc))
-        code = 0
-    except click.ClickException as exc:
-        print(f"error: {exc.format_message()}", file=sys.stderr)
-        code = exc.exit_code or 2
-    except click.exceptions.Abort:
-        print("error: aborted", file=sys.stderr)
-        code = 130
+    except _CLI_ERRORS as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            print(exc.ctx.get_help() if getattr(exc, "ctx", None) else str(exc))
+            code = 0
+        elif type(exc).__name__ == "Abort":
+            print("error: aborted", file=sys.stderr)
+            code = 130
+        else:
+            message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+            print(f"error: {message}", file=sys.stderr)
+            code = getattr(exc, "exit_code", 2) or 2
     except (EngineError, SettingsError, BundledModelMissing) as exc:
         print(f"error: {exc}", file=sys.stderr)
         code = 1

@@ -78,9 +78,9 @@ class SamplerSettings:
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
-            raise SettingsError(
-                f"unknown sampler setting {sorted(unknown)[0]!r}; allowed: {', '.join(sorted(known))}"
-            )
+            allowed = ", ".join(sorted(known))
+            first = sorted(unknown)[0]
+            raise SettingsError(f"unknown sampler setting {first!r}; allowed: {allowed}")
         return cls(**{k: _coerce(k, v) for k, v in data.items()})
 
 

@@ -13,7 +13,7 @@ from chatapp.sampling import SamplerSettings
 
 
 class EngineError(Exception):
-    """A problem the user can act on (bad file, full context, dead server); str() is one sentence."""
+    """A problem the user can act on (bad file, full context, dead server); str() is a sentence."""
 
 
 class EngineCrashed(EngineError):
@@ -90,6 +90,7 @@ class GenerateRequest:
     top_n: int = 10  # candidates reported per token (0 = none)
     ignore_eos: bool = False  # benchmarks: generate exactly max_tokens
     raw_prompt: str | None = None  # skip the chat template (completion mode)
+    prompt_ids: tuple[int, ...] | None = None  # exact prompt tokens (benchmarks); no template
 
 
 @dataclass(frozen=True)

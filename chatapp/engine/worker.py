@@ -157,7 +157,9 @@ class Worker:
 
     def eog_tokens(self) -> list[int]:
         if self._eog is None:
-            self._eog = [t for t in range(self.n_vocab) if self.lib.llama_vocab_is_eog(self.vocab, t)]
+            self._eog = [
+                t for t in range(self.n_vocab) if self.lib.llama_vocab_is_eog(self.vocab, t)
+            ]
         return self._eog
 
     # ---- decoding -----------------------------------------------------------------------
@@ -369,10 +371,15 @@ class Generation:
     def _run(self) -> None:
         w, req = self.w, self.req
         t_request = time.perf_counter()
-        rendered, warning = w.render_prompt(req)
-        prompt_ids = w.tokenize(rendered, add_bos=w.add_bos and req.raw_prompt is None)
-        if req.raw_prompt is not None and w.add_bos:
-            prompt_ids = [w.bos_id, *prompt_ids] if prompt_ids[:1] != [w.bos_id] else prompt_ids
+        if req.prompt_ids is not None:
+            prompt_ids = list(req.prompt_ids)
+            rendered, warning = (
+                b"".join(w.piece(t) for t in prompt_ids).decode("utf-8", "replace"),
+                "",
+            )
+        else:
+            rendered, warning = w.render_prompt(req)
+            prompt_ids = w.tokenize(rendered, add_bos=w.add_bos)
         prefix = list(req.reply_prefix_ids)
         full = prompt_ids + prefix
         budget = w.n_ctx - len(full)
@@ -387,7 +394,9 @@ class Generation:
             return
         t_prefill = time.perf_counter()
         n_reused = w.reuse_prefix(full)
-        code = w.decode(full[n_reused:])
+        # The last prompt token is always evaluated on its own, so its logits are computed the
+        # same way whether the rest came from the cache or not: a seed then reproduces exactly.
+        code = w.decode(full[n_reused:-1]) or w.decode_one(full[-1])
         t_prefill_end = time.perf_counter()
         if code != 0:
             w.kv_tokens = []
@@ -484,7 +493,7 @@ class Generation:
                     break
         finally:
             lib.llama_sampler_free(chain)
-        text = "".join(text_parts) + decoder.decode(b"", final=True)
+        text = "".join(text_parts)  # an incomplete UTF-8 tail (cut by max_tokens) is dropped
         stats = stats_from_times(
             t_request=t_request,
             t_prefill_start=t_prefill,

@@ -1,0 +1,236 @@
+"""`chatapp bench`: engine speed vs llama-cpp-python streaming and llama-bench, alternating."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from chatapp import paths
+from chatapp.engine.protocol import Finished, GenerateRequest, LoadOptions
+from chatapp.metrics import median
+from chatapp.sampling import SamplerSettings
+
+BENCH_SETTINGS = SamplerSettings(
+    temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, seed=42
+)
+TEXT = (
+    "The history of the lighthouse is the history of people who lived at the edge of the "
+    "sea and wanted to come home. Long before electric lamps, fires burned on hills above "
+    "harbours, and sailors learned to read the coast by night as others read a book. "
+)
+
+
+@dataclass
+class Run:
+    prefill_tps: float
+    decode_tps: float
+    tokens: int
+
+
+def _prompt_ids(engine, n: int, rep: int) -> tuple[int, ...]:
+    """n prompt tokens, rotated per repetition so no run reuses another's KV cache."""
+    ids = [p.id for p in engine.tokenize(TEXT * (1 + n // 40), special=False)]
+    start = (rep * 7) % 40
+    return tuple(ids[start : start + n])
+
+
+def engine_run(engine, prompt: tuple[int, ...], n: int) -> Run:
+    req = GenerateRequest(
+        messages=(),
+        settings=BENCH_SETTINGS.with_(max_tokens=n),
+        prompt_ids=prompt,
+        ignore_eos=True,
+        top_n=10,
+    )
+    end = None
+    for event in engine.generate(req):
+        if isinstance(event, Finished):
+            end = event
+    if end is None:
+        raise RuntimeError("the engine did not finish the benchmark run")
+    st = end.stats
+    return Run(st.prefill_tps or 0.0, st.decode_tps or 0.0, st.completion_tokens)
+
+
+# ---- llama-cpp-python's own streaming API, in its own process --------------------------
+
+_LLAMA = None
+
+
+def _lcp_init(options: LoadOptions, log_path: str) -> None:
+    global _LLAMA
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    import llama_cpp
+
+    _LLAMA = llama_cpp.Llama(
+        model_path=options.model_path,
+        n_ctx=options.n_ctx,
+        n_gpu_layers=options.n_gpu_layers,
+        n_threads=options.threads,
+        n_threads_batch=options.threads,
+        n_batch=options.n_batch,
+        n_ubatch=options.n_batch,
+        verbose=False,
+    )
+
+
+def _lcp_run(prompt: tuple[int, ...], n: int) -> Run:
+    s = BENCH_SETTINGS
+    t0 = time.perf_counter()
+    times = []
+    for _ in _LLAMA.create_completion(
+        list(prompt),
+        max_tokens=n,
+        stream=True,
+        temperature=s.temperature,
+        top_k=s.top_k,
+        top_p=s.top_p,
+        min_p=s.min_p,
+        repeat_penalty=s.repeat_penalty,
+        seed=s.seed,
+    ):
+        times.append(time.perf_counter())
+    decode = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+    return Run(len(prompt) / (times[0] - t0), decode, len(times))
+
+
+# ---- llama.cpp's llama-bench -----------------------------------------------------------
+
+
+def llama_bench_run(exe: Path, options: LoadOptions, n_prompt: int, n_gen: int) -> Run:
+    cmd = [
+        str(exe),
+        "-m",
+        options.model_path,
+        "-p",
+        str(n_prompt),
+        "-n",
+        str(n_gen),
+        "-t",
+        str(options.threads),
+        "-ngl",
+        str(max(options.n_gpu_layers, 0) if options.n_gpu_layers >= 0 else 99),
+        "-b",
+        str(options.n_batch),
+        "-ub",
+        str(options.n_batch),
+        "-r",
+        "1",
+        "-o",
+        "json",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600).stdout
+    rows = json.loads(out[out.index("[") :])
+    pp = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0 and r["n_gen"] == 0)
+    tg = next(r["avg_ts"] for r in rows if r["n_gen"] > 0 and r["n_prompt"] == 0)
+    return Run(pp, tg, n_gen)
+
+
+# ---- the whole benchmark ---------------------------------------------------------------
+
+
+def run_bench(
+    options: LoadOptions,
+    *,
+    tokens: int,
+    prompt_tokens: int,
+    reps: int,
+    llama_bench: Path | None,
+    as_json: bool,
+) -> int:
+    from chatapp.engine.local import LocalEngine
+
+    if llama_bench is not None and not Path(llama_bench).is_file():
+        print(f"error: llama-bench not found at {llama_bench}", file=sys.stderr)
+        return 1
+    log = str(paths.log_dir() / "bench-llama-cpp-python.log")
+    results: dict[str, list[Run]] = {"engine": [], "llama-cpp-python": []}
+    if llama_bench:
+        results["llama-bench"] = []
+    ctx = mp.get_context("spawn")
+    with LocalEngine(options) as engine, ctx.Pool(1, _lcp_init, (options, log)) as pool:
+        prompts = [_prompt_ids(engine, prompt_tokens, r) for r in range(reps + 1)]
+        engine_run(engine, prompts[-1], 8)  # warm-up, both sides
+        pool.apply(_lcp_run, (prompts[-1], 8))
+        for rep in range(reps):
+            results["engine"].append(engine_run(engine, prompts[rep], tokens))
+            results["llama-cpp-python"].append(pool.apply(_lcp_run, (prompts[rep], tokens)))
+            if llama_bench:
+                results["llama-bench"].append(
+                    llama_bench_run(llama_bench, options, prompt_tokens, tokens)
+                )
+            if not as_json:
+                print(
+                    f"rep {rep + 1}/{reps}: "
+                    + "  ".join(
+                        f"{name} {runs[-1].decode_tps:.1f} t/s" for name, runs in results.items()
+                    ),
+                    file=sys.stderr,
+                )
+    report = summarize(results, options, tokens, prompt_tokens, reps)
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_report(report))
+    return 0
+
+
+def summarize(
+    results: dict[str, list[Run]], options: LoadOptions, tokens: int, prompt_tokens: int, reps: int
+) -> dict:
+    med = {
+        name: {
+            "decode_tps": median([r.decode_tps for r in runs]),
+            "prefill_tps": median([r.prefill_tps for r in runs]),
+            "tokens": median([r.tokens for r in runs]),
+            "runs": [asdict(r) for r in runs],
+        }
+        for name, runs in results.items()
+    }
+    eng = med["engine"]
+    ratios = {
+        f"engine/{name}": {
+            "decode": eng["decode_tps"] / m["decode_tps"] if m["decode_tps"] else None,
+            "prefill": eng["prefill_tps"] / m["prefill_tps"] if m["prefill_tps"] else None,
+        }
+        for name, m in med.items()
+        if name != "engine"
+    }
+    return {
+        "model": options.model_path,
+        "threads": options.threads,
+        "n_gpu_layers": options.n_gpu_layers,
+        "tokens": tokens,
+        "prompt_tokens": prompt_tokens,
+        "reps": reps,
+        "settings": BENCH_SETTINGS.to_dict(),
+        "medians": med,
+        "ratios": ratios,
+    }
+
+
+def format_report(report: dict) -> str:
+    lines = [
+        f"model {Path(report['model']).name}, {report['threads']} threads, "
+        f"pp{report['prompt_tokens']} tg{report['tokens']}, median of {report['reps']}",
+        f"{'':<18}{'prefill t/s':>12}{'decode t/s':>12}",
+    ]
+    for name, m in report["medians"].items():
+        lines.append(f"{name:<18}{m['prefill_tps']:>12.1f}{m['decode_tps']:>12.1f}")
+    for name, r in report["ratios"].items():
+        dec = "n/a" if r["decode"] is None else f"{r['decode']:.3f}x"
+        pre = "n/a" if r["prefill"] is None else f"{r['prefill']:.3f}x"
+        lines.append(f"{name:<28} decode {dec}  prefill {pre}")
+    return "\n".join(lines)
+
+
+_ = re  # kept for future parsing of llama-bench text output

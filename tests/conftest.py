@@ -1,0 +1,35 @@
+"""Shared fixtures: the user's own dirs stay out; one real engine on the bundled model."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from chatapp.bundled import smollm2_path
+from chatapp.engine.local import LocalEngine
+from chatapp.engine.protocol import LoadOptions
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory) -> None:
+    root = tmp_path_factory.mktemp("chatapp-home")
+    for name in ("DATA", "CONFIG", "CACHE"):
+        path = root / name.lower()
+        path.mkdir()
+        os.environ[f"CHATAPP_{name}_DIR"] = str(path)
+    os.environ["CHATAPP_CONFIG"] = str(root / "config" / "config.toml")
+
+
+@pytest.fixture(scope="session")
+def model_path() -> str:
+    return str(smollm2_path())
+
+
+@pytest.fixture(scope="session")
+def engine(model_path: str):
+    """One real worker for the engine tests (the model loads in well under a second)."""
+    eng = LocalEngine(LoadOptions(model_path=model_path, n_ctx=2048, n_gpu_layers=0))
+    eng.start()
+    yield eng
+    eng.close()

@@ -1,0 +1,96 @@
+"""`chatapp ask`, `chatapp tokenize` and bad input, through the real console entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def chatapp(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "chatapp.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
+
+
+def test_ask_streams_reply_and_stats_line():
+    r = chatapp("ask", "Say hi.", "--temperature", "0", "--max-tokens", "16", "--threads", "2")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("TTFT ") and "decode" in last and "stop:" in last
+
+
+def test_ask_json_has_the_documented_keys():
+    r = chatapp("ask", "Say hi.", "--json", "--temperature", "0", "--max-tokens", "8")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    for key in (
+        "text",
+        "stop_reason",
+        "prompt_tokens",
+        "completion_tokens",
+        "ttft_s",
+        "prefill_tps",
+        "decode_tps",
+        "load_s",
+        "model",
+        "tokens",
+    ):
+        assert key in data
+    assert set(data["model"]) == {"path", "size_bytes", "quant", "architecture", "n_params"}
+    assert data["model"]["architecture"] == "llama"
+    assert data["model"]["quant"] == "Q4_1"
+    assert data["completion_tokens"] == len(data["tokens"]) > 0
+    tok = data["tokens"][0]
+    assert {"id", "text", "logprob", "top"} <= set(tok)
+    assert tok["top"] and {"id", "text", "p"} <= set(tok["top"][0])
+    assert "".join(t["text"] for t in data["tokens"]) == data["text"]
+
+
+def test_tokenize_prints_ids_and_pieces():
+    r = chatapp("tokenize", "Hello world", "--json")
+    assert r.returncode == 0, r.stderr
+    pieces = json.loads(r.stdout)
+    assert "".join(p["piece"] for p in pieces) == "Hello world"
+    assert all(isinstance(p["id"], int) for p in pieces)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["ask", "hi", "--model", "/nonexistent/model.gguf"], "model file not found"),
+        (["ask", "hi", "--top-p", "2.0"], "top_p must be between 0 and 1, got 2"),
+        (["ask", "hi", "--top-k", "-1"], "top_k must be between 0 and 200, got -1"),
+        (["ask", "hi", "--temperature", "-1"], "temperature must be between 0 and 2, got -1"),
+        (["ask", "hi", "--top-k", "abc"], "valid integer"),
+        (["ask", "hi", "--ctx", "0"], "--ctx"),
+        (["ask", "hi", "--bogus"], "No such option: --bogus"),
+    ],
+)
+def test_bad_input_is_one_error_line(args, expected, tmp_path):
+    r = chatapp(*args, timeout=60)
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: ")
+    assert expected in lines[0]
+    assert "Traceback" not in r.stderr
+
+
+def test_not_a_gguf_file_via_cli(tmp_path):
+    bad = tmp_path / "fake model.gguf"
+    bad.write_bytes(b"PK\x03\x04 zip file")
+    r = chatapp("ask", "hi", "--model", str(bad))
+    assert r.returncode == 1
+    assert (
+        r.stderr.strip()
+        == f"error: {bad} is not a GGUF model file (it does not start with the GGUF magic)"
+    )
