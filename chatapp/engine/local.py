@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
+import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -85,7 +88,8 @@ class LocalEngine:
             name="chatapp-worker",
             daemon=True,
         )
-        proc.start()
+        with _real_std_streams():
+            proc.start()
         child.close()
         side_child.close()
         self._proc, self._conn, self._side = proc, parent, side_parent
@@ -243,6 +247,29 @@ class LocalEngine:
                 return self._side.recv()
             except (EOFError, OSError) as exc:
                 raise self._crashed("the model worker died") from exc
+
+
+@contextlib.contextmanager
+def _real_std_streams():
+    """multiprocessing passes sys.stderr's fd to its helper process; a TUI (or pytest) may have
+    swapped in an object without one, so point both at /dev/null while spawning."""
+    saved = sys.stdout, sys.stderr
+    devnull = None
+    try:
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            try:
+                ok = stream is not None and stream.fileno() >= 0
+            except (OSError, ValueError, AttributeError):
+                ok = False
+            if not ok:
+                devnull = devnull or open(os.devnull, "w")  # noqa: SIM115
+                setattr(sys, name, devnull)
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+        if devnull is not None:
+            devnull.close()
 
 
 def _replace(info: ModelInfo, **changes) -> ModelInfo:

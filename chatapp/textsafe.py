@@ -1,0 +1,46 @@
+"""Make any text safe to draw: control characters become visible symbols, never raw bytes."""
+
+from __future__ import annotations
+
+import re
+
+# C0 controls except tab and newline, DEL, C1 controls, and lone surrogates.
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f\ud800-\udfff]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    ch = match.group()
+    code = ord(ch)
+    if code < 0x20:
+        return chr(0x2400 + code)  # Unicode control pictures: ␀ ␛ ...
+    if code == 0x7F:
+        return "\u2421"
+    return f"\\x{code:02x}" if code < 0x100 else "\ufffd"
+
+
+def printable(text: str) -> str:
+    """Text with control characters and lone surrogates replaced by visible symbols."""
+    return _UNSAFE.sub(_visible, text)
+
+
+def escape_bytes(data: bytes) -> str:
+    """Bytes as text: printable ASCII as is, everything else as \\xNN."""
+    out = []
+    for b in data:
+        if 0x20 <= b < 0x7F and b != 0x5C:
+            out.append(chr(b))
+        elif b == 0x5C:
+            out.append("\\\\")
+        else:
+            out.append(f"\\x{b:02x}")
+    return "".join(out)
+
+
+def token_display(piece: bytes) -> str:
+    """How a token looks in the token panel: visible whitespace, escaped partial bytes."""
+    try:
+        text = piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return escape_bytes(piece)
+    text = printable(text)
+    return text.replace("\n", "↵\n").replace("\t", "⇥")

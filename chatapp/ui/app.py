@@ -1,0 +1,621 @@
+"""The chat app: layout, bindings and the flow from a submitted prompt to a finished reply."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
+
+from chatapp.engine.protocol import (
+    ChatMessage,
+    EngineCrashed,
+    EngineError,
+    GenerateRequest,
+    LoadOptions,
+    ModelInfo,
+    Token,
+)
+from chatapp.sampling import SamplerSettings
+from chatapp.ui import themes
+from chatapp.ui.messages import (
+    EngineFailed,
+    EngineReady,
+    NoticeShown,
+    PromptShown,
+    ReplyFailed,
+    ReplyFinished,
+    SettingsTookEffect,
+    TokensArrived,
+)
+from chatapp.ui.prompt_input import PromptInput
+from chatapp.ui.reply import Reply, footer_for
+from chatapp.ui.screens.help import HelpScreen
+from chatapp.ui.screens.system_prompt import SystemPromptScreen
+from chatapp.ui.streaming import stream_reply
+from chatapp.ui.widgets.chat import ChatView, MessageView
+from chatapp.ui.widgets.probs import ProbPanel
+from chatapp.ui.widgets.sampler import SamplerPanel
+from chatapp.ui.widgets.stats import LiveStats, StatsPanel
+from chatapp.ui.widgets.tokens import ShownToken, TokenPanel, TokenStrip
+
+_CHAT_ACTIONS = {
+    "regenerate",
+    "edit_last",
+    "continue_reply",
+    "rewind",
+    "new_chat",
+    "next_theme",
+    "restart_engine",
+    "stop",
+}
+STOP_GRACE_S = 3.0  # after Esc, a worker that has not stopped by then is killed
+
+
+class ChatApp(App):
+    """Chat with a local model and watch tokens, speed and probabilities live."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "chatapp"
+    BINDINGS = [
+        Binding("escape", "stop", "Stop", id="chat.stop"),
+        Binding("ctrl+r", "regenerate", "Regenerate", id="chat.regenerate", priority=True),
+        Binding("ctrl+e", "edit_last", "Edit last", id="chat.edit_last", priority=True),
+        Binding("ctrl+o", "continue_reply", "Continue", id="chat.continue", priority=True),
+        Binding("ctrl+w", "rewind", "Rewind here", id="chat.rewind", priority=True),
+        Binding("ctrl+n", "new_chat", "New chat", id="chat.new", priority=True),
+        Binding("f1", "help", "Help", id="app.help"),
+        Binding("f2", "system_prompt", "System", id="chat.system_prompt"),
+        Binding("f3", "toggle_side", "Panels", id="view.toggle_side"),
+        Binding("f4", "toggle_prompt_tokens", "Prompt tokens", id="view.prompt_tokens"),
+        Binding("f5", "toggle_ids", "Token ids", id="view.token_ids"),
+        Binding("f6", "focus_sampler", "Sampler", id="view.focus_sampler"),
+        Binding("ctrl+t", "next_theme", "Theme", id="view.next_theme", priority=True),
+        Binding(
+            "ctrl+k",
+            "restart_engine",
+            "Restart model",
+            show=False,
+            id="engine.restart",
+            priority=True,
+        ),
+    ]
+
+    def __init__(
+        self,
+        engine_factory: Callable[[], object],
+        *,
+        settings: SamplerSettings | None = None,
+        system_prompt: str = "",
+        model_label: str = "",
+        theme_name: str | None = None,
+        remember_theme: Callable[[str], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self.engine_factory = engine_factory
+        self.engine = None
+        self.info: ModelInfo | None = None
+        self.settings = settings or SamplerSettings()
+        self.system_prompt = system_prompt
+        self.model_label = model_label
+        self.conversation: list[ChatMessage] = []
+        self.reply: Reply | None = None
+        self.last_reply: Reply | None = None
+        self._reply_ids = 0
+        self._queued: str | None = None
+        self._loading = False
+        self._remember_theme = remember_theme
+        self._wanted_theme = theme_name
+        self.theme_problems: list[str] = []
+        self.first_paint_s: list[float] = []  # submit -> first token painted, per reply
+
+    # ---- layout ---------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                yield ChatView(id="chat")
+                yield Static("", id="status-line")
+                yield PromptInput(id="prompt")
+            with Vertical(id="side"):
+                stats = StatsPanel(id="stats")
+                stats.border_title = "Speed"
+                yield stats
+                with TabbedContent(id="tabs", initial="tab-probs"):
+                    with TabPane("Next token", id="tab-probs"):
+                        with VerticalScroll():
+                            yield ProbPanel(id="probs")
+                    with TabPane("Tokens", id="tab-tokens"):
+                        yield TokenPanel(id="tokens")
+                sampler = SamplerPanel(self.settings, id="sampler")
+                sampler.border_title = "Sampler (live)"
+                yield sampler
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._register_themes()
+        self.sub_title = self.model_label
+        self.query_one("#probs", ProbPanel).settings = self.settings
+        self.query_one("#prompt", PromptInput).focus()
+        self.start_engine()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Chat keys are priority bindings (they win over the text box's own ctrl keys),
+        # but not while a dialog is open.
+        if isinstance(self.screen, ModalScreen) and action in _CHAT_ACTIONS:
+            return False
+        return True
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        """Panel colours for themes that do not set them (Textual's built-in ones)."""
+        return dict(themes.PANEL_DEFAULTS)
+
+    def _register_themes(self) -> None:
+        found, self.theme_problems = themes.discover()
+        for theme in found:
+            self.register_theme(theme)
+        wanted = self._wanted_theme or themes.DEFAULT_THEME
+        self.theme = wanted if wanted in self.available_themes else themes.DEFAULT_THEME
+        for problem in self.theme_problems:
+            self.notify(problem, title="Theme file skipped", severity="warning")
+
+    def watch_theme(self, name: str) -> None:
+        if self._remember_theme is not None and self.is_mounted:
+            self._remember_theme(name)
+
+    # ---- the engine -----------------------------------------------------------------------
+
+    def start_engine(self) -> None:
+        if self._loading:
+            return
+        self._loading = True
+        self.set_status("loading the model…")
+        self.stats_panel.stats = LiveStats(state="loading")
+        self._load_engine()
+
+    @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
+    def _load_engine(self) -> None:
+        try:
+            if self.engine is not None:
+                self.engine.close()
+            engine = self.engine_factory()
+            info = engine.start()
+        except EngineCrashed as exc:
+            self.post_message(EngineFailed(str(exc), exc.log_tail, crashed=True))
+            return
+        except EngineError as exc:
+            self.post_message(EngineFailed(str(exc)))
+            return
+        except Exception as exc:  # noqa: BLE001 - shown to the user, app keeps running
+            self.post_message(EngineFailed(f"could not start the model: {exc}"))
+            return
+        self.engine = engine
+        self.post_message(EngineReady(info))
+
+    def on_engine_ready(self, message: EngineReady) -> None:
+        self._loading = False
+        self.info = message.info
+        self.stats_panel.info = message.info
+        self.stats_panel.stats = LiveStats(state="ready", n_ctx=message.info.n_ctx)
+        name = Path(message.info.path).name
+        self.sub_title = f"{name} · ctx {message.info.n_ctx}"
+        self.set_status(f"ready: {name} loaded in {message.info.load_s:.2f} s")
+        if self._queued is not None:
+            text, self._queued = self._queued, None
+            self.run_worker(self.send(text), exclusive=False)
+
+    def on_engine_failed(self, message: EngineFailed) -> None:
+        self._loading = False
+        self.engine = None
+        self.stats_panel.stats = self.stats_panel.stats.but(state="no model")
+        self.set_status(f"error: {message.message}", error=True)
+        self.notify(message.message, title="Model not loaded", severity="error", timeout=10)
+
+    def action_restart_engine(self) -> None:
+        if self.reply is None:
+            self.start_engine()
+
+    # ---- sending --------------------------------------------------------------------------
+
+    @on(PromptInput.Submitted)
+    async def on_prompt_submitted(self, message: PromptInput.Submitted) -> None:
+        text = message.text
+        if not text.strip():
+            return
+        if self.reply is not None:
+            self.notify("A reply is still streaming: press Esc to stop it first.")
+            return
+        self.query_one("#prompt", PromptInput).clear()
+        await self.send(text)
+
+    async def send(self, text: str) -> None:
+        """Add a user turn and generate the reply to it."""
+        self.conversation.append(ChatMessage("user", text))
+        await self.chat.add("user", text)
+        if self.engine is None:
+            self._queued_reply_pending(text)
+            return
+        await self._generate()
+
+    def _queued_reply_pending(self, text: str) -> None:
+        # The turn is kept in the conversation; the reply starts once a model is loaded.
+        self.conversation.pop()
+        self._queued = text
+        if not self._loading:
+            self.start_engine()
+        self.set_status("the model is still loading; your message will be sent when it is ready")
+
+    async def _generate(
+        self, prefix: list[Token] | None = None, item: MessageView | None = None
+    ) -> None:
+        if self.engine is None:
+            self.set_status("no model is loaded: press ctrl+k to load it again", error=True)
+            return
+        if not getattr(self.engine, "alive", True):
+            self.start_engine()
+            self.set_status("restarting the model worker…")
+            return
+        self._reply_ids += 1
+        if item is None:
+            item = await self.chat.add("assistant")
+        item.start_stream()
+        reply = Reply(self._reply_ids, item, time.perf_counter(), list(prefix or []))
+        reply.initial_settings = self.settings
+        self.reply = reply
+        self.probs.step = None
+        self.token_panel.reset_reply([_shown(t) for t in reply.tokens])
+        self.stats_panel.speeds = ()
+        self.stats_panel.stats = self.stats_panel.stats.but(
+            state="generating", stop_reason="", tokens=len(reply.tokens), decode_tps=None
+        )
+        request = GenerateRequest(
+            messages=tuple(self._messages()),
+            settings=self.settings,
+            reply_prefix_ids=tuple(t.id for t in reply.tokens),
+            top_n=10,
+        )
+        self.set_status("generating… (Esc stops)")
+        self._stream(request, reply.id)
+
+    def _messages(self) -> Iterable[ChatMessage]:
+        if self.system_prompt:
+            yield ChatMessage("system", self.system_prompt)
+        yield from self.conversation
+
+    @work(thread=True, exclusive=True, group="generate", exit_on_error=False)
+    def _stream(self, request: GenerateRequest, reply_id: int) -> None:
+        stream_reply(self.engine, request, reply_id, self.post_message)
+
+    # ---- events from the generation thread -----------------------------------------------
+
+    def on_prompt_shown(self, message: PromptShown) -> None:
+        ev = message.event
+        self.token_panel.set_prompt(
+            [ShownToken(t.id, t.piece, special=_is_special(t.piece)) for t in ev.tokens]
+        )
+        self.stats_panel.stats = self.stats_panel.stats.but(
+            prefill_tps=(ev.n_new / ev.prefill_s) if ev.prefill_s > 0 else None,
+            prompt_new=ev.n_new,
+            prompt_reused=ev.n_reused,
+        )
+
+    async def on_tokens_arrived(self, message: TokensArrived) -> None:
+        reply = self.reply
+        if reply is None or message.reply_id != reply.id:
+            return
+        first = not reply.tokens or len(reply.tokens) == len(reply.prefix_ids)
+        reply.add(message.tokens)
+        await reply.item.write("".join(t.text for t in message.tokens))
+        if first and reply.first_paint_s is None:
+            self.call_after_refresh(self._record_first_paint, reply)
+        self.token_panel.add_reply([_shown(t) for t in message.tokens])
+        last = message.tokens[-1]
+        if self.probs.step is None:
+            self.probs.settings = self.settings
+            self.probs.chosen = last.id
+            self.probs.candidates = last.candidates
+        self.stats_panel.speeds = tuple(reply.speeds)
+        self.stats_panel.stats = self.stats_panel.stats.but(
+            ttft_s=reply.ttft_s,
+            decode_tps=reply.decode_tps,
+            tokens=len(reply.tokens),
+            first_paint_s=reply.first_paint_s,
+        )
+
+    def _record_first_paint(self, reply: Reply) -> None:
+        reply.first_paint_s = time.perf_counter() - reply.submitted
+        self.first_paint_s.append(reply.first_paint_s)
+        self.stats_panel.stats = self.stats_panel.stats.but(first_paint_s=reply.first_paint_s)
+
+    def on_settings_took_effect(self, message: SettingsTookEffect) -> None:
+        index = message.event.index
+        self.sampler.set_status(f"applied from token {index} of the reply")
+        if self.reply is not None:
+            self.reply.settings_changes.append((index, message.event.settings))
+
+    def on_notice_shown(self, message: NoticeShown) -> None:
+        self.notify(message.message, title="Note", severity="warning")
+
+    async def on_reply_finished(self, message: ReplyFinished) -> None:
+        reply = self.reply
+        if reply is None or message.reply_id != reply.id:
+            return
+        ev = message.event
+        reply.finished = ev
+        st = ev.stats
+        await reply.item.finish(ev.text, footer_for(ev, reply, self.info))
+        self.conversation.append(ChatMessage("assistant", ev.text))
+        self.stats_panel.stats = self.stats_panel.stats.but(
+            state="ready",
+            stop_reason=str(ev.reason),
+            ttft_s=st.ttft_s,
+            decode_tps=st.decode_tps or reply.decode_tps,
+            tokens=len(reply.tokens),
+            n_past=st.n_past,
+            n_ctx=st.n_ctx or self.stats_panel.stats.n_ctx,
+        )
+        self.set_status(f"done: {ev.reason}" + (f" ({ev.detail})" if ev.detail else ""))
+        self._end_reply()
+
+    async def on_reply_failed(self, message: ReplyFailed) -> None:
+        reply = self.reply
+        if reply is None or message.reply_id != reply.id:
+            return
+        text = reply.item.text
+        note = f"⚠ {message.message}"
+        if message.log_tail:
+            note += "\n\nlast log lines:\n" + message.log_tail
+        await reply.item.finish(text, note)
+        reply.item.add_class("error")
+        if text:
+            self.conversation.append(ChatMessage("assistant", text))  # the partial reply stays
+        self.stats_panel.stats = self.stats_panel.stats.but(state="error", stop_reason="error")
+        self.set_status(f"error: {message.message}", error=True)
+        if message.crashed:
+            self.engine = None
+            self.notify(
+                "The model worker died. Press ctrl+k (or send again) to start a new one.",
+                title="Model worker crashed",
+                severity="error",
+                timeout=10,
+            )
+        self._end_reply()
+
+    def _end_reply(self) -> None:
+        self.last_reply = self.reply
+        self.reply = None
+
+    # ---- actions ----------------------------------------------------------------------------
+
+    def action_stop(self) -> None:
+        if self.reply is None or self.engine is None:
+            return
+        try:
+            self.engine.cancel()
+        except EngineError:
+            pass
+        self.set_status("stopping…")
+        reply_id = self.reply.id
+        self.set_timer(STOP_GRACE_S, lambda: self._kill_if_stuck(reply_id))
+
+    def _kill_if_stuck(self, reply_id: int) -> None:
+        if self.reply is not None and self.reply.id == reply_id and self.engine is not None:
+            kill = getattr(self.engine, "kill", None)
+            if kill is not None:
+                kill()  # the generation thread then reports the worker as crashed
+
+    async def action_regenerate(self) -> None:
+        if self.reply is not None or not self.conversation:
+            return
+        if self.conversation[-1].role == "assistant":
+            self.conversation.pop()
+            items = self.chat.items()
+            if items and items[-1].role == "assistant":
+                await items[-1].remove()
+        await self._generate()
+
+    async def action_edit_last(self) -> None:
+        if self.reply is not None:
+            return
+        idx = max((i for i, m in enumerate(self.conversation) if m.role == "user"), default=None)
+        if idx is None:
+            return
+        text = self.conversation[idx].content
+        del self.conversation[idx:]
+        items = self.chat.items()
+        user_items = [i for i, it in enumerate(items) if it.role == "user"]
+        for it in items[user_items[-1] :]:
+            await it.remove()
+        prompt = self.query_one("#prompt", PromptInput)
+        prompt.text = text
+        prompt.focus()
+        self.set_status("editing your last message: Enter sends it again")
+
+    async def action_continue_reply(self) -> None:
+        last = self.last_reply
+        if self.reply is not None or last is None or not self.conversation:
+            return
+        if self.conversation[-1].role != "assistant":
+            return
+        self.conversation.pop()
+        await self._generate(prefix=list(last.tokens), item=last.item)
+
+    async def action_rewind(self) -> None:
+        """Cut the last reply at the selected token and sample again from there."""
+        last = self.last_reply
+        cursor = self.token_panel.strip.cursor
+        if self.reply is not None or last is None or cursor is None or self.token_panel.show_prompt:
+            self.notify("Select a token of the last reply in the Tokens tab first.")
+            return
+        if self.conversation and self.conversation[-1].role == "assistant":
+            self.conversation.pop()
+        keep = list(last.tokens[:cursor])
+        await last.item.finish("".join(t.text for t in keep))
+        await self._generate(prefix=keep, item=last.item)
+
+    async def action_new_chat(self) -> None:
+        if self.reply is not None:
+            return
+        self.conversation.clear()
+        self.last_reply = None
+        await self.chat.remove_children()
+        self.token_panel.reset_reply()
+        self.probs.candidates = ()
+        self.set_status("new chat")
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self._binding_rows()))
+
+    def action_system_prompt(self) -> None:
+        def done(text: str | None) -> None:
+            if text is not None:
+                self.system_prompt = text
+                self.set_status("system prompt set" if text else "system prompt cleared")
+
+        self.push_screen(SystemPromptScreen(self.system_prompt), done)
+
+    def action_toggle_side(self) -> None:
+        side = self.query_one("#side")
+        side.display = not side.display
+
+    def action_toggle_prompt_tokens(self) -> None:
+        self.query_one(TabbedContent).active = "tab-tokens"
+        self.token_panel.show_prompt = not self.token_panel.show_prompt
+
+    def action_toggle_ids(self) -> None:
+        self.token_panel.toggle_ids()
+
+    def action_focus_sampler(self) -> None:
+        self.query_one("#slider-temperature").focus()
+
+    def action_next_theme(self) -> None:
+        names = sorted(self.available_themes)
+        ours = [n for n in names if n.startswith("chatapp-")] or names
+        i = ours.index(self.theme) if self.theme in ours else -1
+        self.theme = ours[(i + 1) % len(ours)]
+        self.notify(f"theme: {self.theme}")
+
+    # ---- panels -----------------------------------------------------------------------------
+
+    @on(SamplerPanel.SettingsChanged)
+    def on_settings_changed(self, message: SamplerPanel.SettingsChanged) -> None:
+        self.settings = message.settings
+        if self.reply is not None and self.engine is not None:
+            try:
+                self.engine.update_settings(self.settings)
+                self.sampler.set_status("sent: applies from the next token…")
+            except EngineError as exc:
+                self.sampler.set_status(str(exc))
+        else:
+            self.sampler.set_status("applies to the next reply")
+
+    @on(TokenStrip.Selected, "#reply-tokens")
+    def on_reply_token_selected(self, message: TokenStrip.Selected) -> None:
+        reply = self.reply or self.last_reply
+        if self.token_panel.show_prompt or reply is None:
+            return
+        if 0 <= message.index < len(reply.tokens):
+            tok = reply.tokens[message.index]
+            self.probs.step = message.index
+            self.probs.settings = reply.settings_at(message.index, self.settings)
+            self.probs.chosen = tok.id
+            self.probs.candidates = tok.candidates
+
+    @on(Input.Changed, "#tokenizer-input")
+    def on_tokenizer_input(self, message: Input.Changed) -> None:
+        self._tokenize_typed(message.value)
+
+    @work(thread=True, exclusive=True, group="tokenize", exit_on_error=False)
+    def _tokenize_typed(self, text: str) -> None:
+        if self.engine is None or not text:
+            self.call_from_thread(self.token_panel.show_typed, [])
+            return
+        try:
+            pieces = self.engine.tokenize(text, special=True)
+        except EngineError as exc:
+            self.call_from_thread(self.set_status, f"error: {exc}", True)
+            return
+        shown = [ShownToken(p.id, p.piece, special=_is_special(p.piece)) for p in pieces]
+        self.call_from_thread(self.token_panel.show_typed, shown)
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    @property
+    def chat(self) -> ChatView:
+        return self.query_one("#chat", ChatView)
+
+    @property
+    def probs(self) -> ProbPanel:
+        return self.query_one("#probs", ProbPanel)
+
+    @property
+    def token_panel(self) -> TokenPanel:
+        return self.query_one("#tokens", TokenPanel)
+
+    @property
+    def stats_panel(self) -> StatsPanel:
+        return self.query_one("#stats", StatsPanel)
+
+    @property
+    def sampler(self) -> SamplerPanel:
+        return self.query_one("#sampler", SamplerPanel)
+
+    def set_status(self, text: str, error: bool = False) -> None:
+        line = self.query_one("#status-line", Static)
+        line.update(text)
+        line.set_class(error, "error")
+
+    def _binding_rows(self) -> list[tuple[str, str, str]]:
+        rows = [
+            ("enter", "Send the message", "prompt.submit"),
+            ("alt+enter / ctrl+j", "New line in the message", "prompt.newline"),
+        ]
+        for b in self.BINDINGS:
+            rows.append((b.key, b.description, b.id or ""))
+        rows += [
+            ("←/→ (Tokens tab)", "Move the token cursor", "tokens.left/right"),
+            ("←/→ (slider)", "Change a sampler value; shift = ×10", "slider.less/more"),
+            ("ctrl+p", "Command palette", "app.command_palette"),
+            ("ctrl+q", "Quit", "app.quit"),
+        ]
+        return rows
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for b in self.BINDINGS:
+            action = b.action
+            yield SystemCommand(
+                b.description, f"{b.description} ({b.key})", lambda a=action: self.run_action(a)
+            )
+        for name in ("greedy", "precise", "balanced", "creative"):
+            yield SystemCommand(
+                f"Preset: {name}",
+                f"Sampler preset {name}",
+                lambda n=name: self.sampler.apply_preset(n),
+            )
+
+    async def on_unmount(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+
+
+def _shown(tok: Token) -> ShownToken:
+    return ShownToken(tok.id, tok.piece, tok.logprob)
+
+
+def _is_special(piece: bytes) -> bool:
+    return piece.startswith(b"<") and piece.endswith(b">") and len(piece) > 2
+
+
+def run_chat_app(options: LoadOptions, server: str | None = None) -> None:
+    """Open the TUI on a local model (or a server)."""
+    from chatapp.ui.launch import build_app
+
+    build_app(options, server=server).run()

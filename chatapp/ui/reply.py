@@ -1,0 +1,79 @@
+"""The state of one reply in the UI: its tokens, live rates, and the footer once done."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from chatapp.engine.protocol import Finished, ModelInfo, Token
+from chatapp.sampling import SamplerSettings
+from chatapp.ui.widgets.chat import MessageView
+
+
+@dataclass
+class Reply:
+    """A reply being streamed (or the last one, kept for rewind and the token cursor)."""
+
+    id: int
+    item: MessageView
+    submitted: float  # perf_counter at submit (the engine's clock is the same monotonic one)
+    tokens: list[Token] = field(default_factory=list)
+    first_paint_s: float | None = None
+    finished: Finished | None = None
+    settings_changes: list[tuple[int, SamplerSettings]] = field(default_factory=list)
+    speeds: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.prefix_ids = [t.id for t in self.tokens]
+        self._first_t: float | None = None
+
+    def add(self, tokens: list[Token]) -> None:
+        for tok in tokens:
+            if self.tokens and self._first_t is not None:
+                gap = tok.t - self.tokens[-1].t
+                if gap > 0:
+                    self.speeds.append(1.0 / gap)
+            if self._first_t is None:
+                self._first_t = tok.t
+                self._n_at_first = len(self.tokens)
+            self.tokens.append(tok)
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self._first_t is None else self._first_t - self.submitted
+
+    @property
+    def decode_tps(self) -> float | None:
+        if self._first_t is None:
+            return None
+        n = len(self.tokens) - self._n_at_first
+        span = self.tokens[-1].t - self._first_t
+        return (n - 1) / span if n > 1 and span > 0 else None
+
+    def settings_at(self, index: int, default: SamplerSettings) -> SamplerSettings:
+        """The sampler settings that token `index` was sampled with."""
+        chosen = self.initial_settings or default
+        for at, settings in self.settings_changes:
+            if at <= index:
+                chosen = settings
+        return chosen
+
+    initial_settings: SamplerSettings | None = None
+
+
+def footer_for(ev: Finished, reply: Reply, info: ModelInfo | None) -> str:
+    """The stats line under a finished reply."""
+    st = ev.stats
+    parts = []
+    if info is not None and info.quant:
+        parts.append(info.quant)
+    if st.ttft_s is not None:
+        parts.append(f"TTFT {st.ttft_s * 1000:.0f} ms")
+    if st.prefill_tps:
+        parts.append(f"prefill {st.prefill_tps:.0f} t/s")
+    if st.decode_tps:
+        parts.append(f"decode {st.decode_tps:.1f} t/s")
+    parts.append(f"{len(reply.tokens)} tokens")
+    parts.append(f"stop: {ev.reason}")
+    if reply.settings_changes:
+        parts.append(f"settings changed at token {reply.settings_changes[0][0]}")
+    return " · ".join(parts)

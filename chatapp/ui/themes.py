@@ -1,0 +1,75 @@
+"""Theme files (TOML) shipped in themes/ and the user's config dir, turned into Textual themes."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from textual.theme import Theme
+
+from chatapp import paths
+
+PACKAGE_THEMES = Path(__file__).resolve().parent.parent / "themes"
+DEFAULT_THEME = "chatapp-dark"
+# Panel colours every theme must have; a theme file may leave some out.
+PANEL_DEFAULTS = {
+    "token-a": "#1f3a5a",
+    "token-b": "#4a2e52",
+    "token-special": "#6b4a12",
+    "prob-raw": "#8a8a8a",
+    "prob-final": "#5fd787",
+    "prob-cut": "#ff8787",
+    "spark-max": "#5fd787",
+    "spark-min": "#5f87af",
+}
+_FIELDS = (
+    "primary",
+    "secondary",
+    "warning",
+    "error",
+    "success",
+    "accent",
+    "foreground",
+    "background",
+    "surface",
+    "panel",
+    "boost",
+)
+
+
+class ThemeFileError(ValueError):
+    """A theme file that cannot be used; str() names the file and the reason."""
+
+
+def load_theme(path: Path) -> Theme:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ThemeFileError(f"theme {path.name}: {exc}") from exc
+    if "primary" not in data:
+        raise ThemeFileError(f"theme {path.name}: 'primary' is required")
+    unknown = set(data) - set(_FIELDS) - {"name", "dark", "variables"}
+    if unknown:
+        raise ThemeFileError(f"theme {path.name}: unknown key {sorted(unknown)[0]!r}")
+    variables = {**PANEL_DEFAULTS, **{k: str(v) for k, v in data.get("variables", {}).items()}}
+    return Theme(
+        name=str(data.get("name", path.stem)),
+        dark=bool(data.get("dark", True)),
+        variables=variables,
+        **{k: str(data[k]) for k in _FIELDS if k in data},
+    )
+
+
+def discover() -> tuple[list[Theme], list[str]]:
+    """All themes (shipped, then the user's) and one problem line per file that failed."""
+    themes, problems = [], []
+    dirs = [PACKAGE_THEMES, paths.config_dir() / "themes"]
+    for folder in dirs:
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.toml")):
+            try:
+                themes.append(load_theme(path))
+            except ThemeFileError as exc:
+                problems.append(str(exc))
+    return themes, problems

@@ -1,0 +1,86 @@
+"""The chat pane: user and assistant messages; replies stream in as Markdown."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import Markdown, Static
+
+from chatapp.textsafe import printable
+
+
+class MessageView(Vertical):
+    """One message. An assistant reply streams through MarkdownStream, then renders once whole."""
+
+    DEFAULT_CSS = """
+    MessageView { height: auto; margin: 0 0 1 0; padding: 0 1; }
+    MessageView > .role { height: 1; color: $text-muted; text-style: bold; }
+    MessageView.user { background: $boost; border-left: thick $accent; }
+    MessageView.assistant { border-left: thick $primary; }
+    MessageView.error { border-left: thick $error; }
+    MessageView > Markdown { margin: 0; padding: 0; background: transparent; }
+    MessageView > .footer { height: auto; color: $text-muted; }
+    MessageView > .note { height: auto; color: $warning; }
+    """
+
+    def __init__(self, role: str, text: str = "", footer: str = "") -> None:
+        super().__init__(classes=role)
+        self.role = role
+        self.text = text
+        self._footer = footer
+        self._stream = None
+
+    def compose(self) -> ComposeResult:
+        label = {"user": "You", "assistant": "Assistant", "system": "System"}.get(
+            self.role, self.role
+        )
+        yield Static(label, classes="role")
+        yield Markdown(printable(self.text))
+        yield Static(self._footer, classes="footer")
+
+    @property
+    def markdown(self) -> Markdown:
+        return self.query_one(Markdown)
+
+    def start_stream(self) -> None:
+        self._stream = Markdown.get_stream(self.markdown)
+
+    async def write(self, delta: str) -> None:
+        """Append streamed text (cheap: no re-parse of what is already shown)."""
+        self.text += delta
+        if self._stream is None:
+            self.start_stream()
+        await self._stream.write(printable(delta))
+
+    async def finish(self, text: str, footer: str = "") -> None:
+        """One full render of the final text (closes half-drawn code fences)."""
+        if self._stream is not None:
+            await self._stream.stop()
+            self._stream = None
+        self.text = text
+        await self.markdown.update(printable(text))
+        self.set_footer(footer)
+
+    def set_footer(self, footer: str) -> None:
+        self._footer = footer
+        self.query_one(".footer", Static).update(footer)
+
+
+class ChatView(VerticalScroll):
+    """The conversation; follows the bottom unless the user scrolled up."""
+
+    DEFAULT_CSS = """
+    ChatView { height: 1fr; padding: 0 1; scrollbar-size-vertical: 1; }
+    ChatView > .empty { color: $text-muted; margin: 1 2; }
+    """
+
+    def on_mount(self) -> None:
+        self.anchor()
+
+    async def add(self, role: str, text: str = "", footer: str = "") -> MessageView:
+        item = MessageView(role, text, footer)
+        await self.mount(item)
+        return item
+
+    def items(self) -> list[MessageView]:
+        return list(self.query_children(MessageView))

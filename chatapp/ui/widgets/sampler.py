@@ -1,0 +1,165 @@
+"""Sampler sliders (keyboard and mouse) and presets; changes reach a reply in progress."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import Button, Static
+
+from chatapp.sampling import BOUNDS, INT_FIELDS, PRESETS, SamplerSettings
+
+LABELS = {
+    "temperature": "temp",
+    "top_p": "top-p",
+    "top_k": "top-k",
+    "min_p": "min-p",
+    "repeat_penalty": "repeat",
+    "max_tokens": "max tok",
+    "seed": "seed",
+}
+SLIDER_FIELDS = tuple(LABELS)
+# Max tokens and seed span huge ranges: their sliders move over a practical window.
+SLIDER_HIGH = {"max_tokens": 4096, "seed": 1000}
+
+
+class Slider(Widget, can_focus=True):
+    """A horizontal slider for one sampler field."""
+
+    COMPONENT_CLASSES = {"slider--track", "slider--fill", "slider--knob", "slider--label"}
+    DEFAULT_CSS = """
+    Slider { height: 1; width: 1fr; }
+    Slider > .slider--track { color: $surface-lighten-2; }
+    Slider > .slider--fill { color: $primary; }
+    Slider > .slider--knob { color: $accent; text-style: bold; }
+    Slider > .slider--label { color: $text; }
+    Slider:focus > .slider--label { color: $accent; text-style: bold; }
+    Slider:focus { background: $boost; }
+    """
+    BINDINGS = [
+        Binding("left,h", "nudge(-1)", "Less", show=False, id="slider.less"),
+        Binding("right,l", "nudge(1)", "More", show=False, id="slider.more"),
+        Binding("shift+left", "nudge(-10)", "Much less", show=False, id="slider.much_less"),
+        Binding("shift+right", "nudge(10)", "Much more", show=False, id="slider.much_more"),
+    ]
+
+    value: reactive[float] = reactive(0.0)
+    """The current value (within the field's bounds)."""
+
+    class Changed(Message):
+        def __init__(self, slider: Slider, field: str, value: float) -> None:
+            super().__init__()
+            self.slider = slider
+            self.field = field
+            self.value = value
+
+        @property
+        def control(self) -> Slider:
+            return self.slider
+
+    def __init__(self, field: str, value: float, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.field = field
+        bound = BOUNDS[field]
+        self.low = bound.low
+        self.high = SLIDER_HIGH.get(field, bound.high)
+        self.step = bound.step
+        self.tooltip = f"{field}: {bound.help}"
+        self.set_reactive(Slider.value, value)
+
+    def render(self) -> Text:
+        label = f"{LABELS[self.field]:<8}"
+        shown = f"{int(self.value)}" if self.field in INT_FIELDS else f"{self.value:.2f}"
+        width = max(4, self.size.width - len(label) - 8)
+        frac = (min(self.value, self.high) - self.low) / (self.high - self.low or 1)
+        knob = round(frac * (width - 1))
+        text = Text(label, style=self.get_component_rich_style("slider--label"))
+        text.append("━" * knob, style=self.get_component_rich_style("slider--fill"))
+        text.append("●", style=self.get_component_rich_style("slider--knob"))
+        text.append("─" * (width - 1 - knob), style=self.get_component_rich_style("slider--track"))
+        text.append(f" {shown:>6}")
+        return text
+
+    def set_value(self, value: float) -> None:
+        bound = BOUNDS[self.field]
+        value = max(bound.low, min(bound.high, value))
+        steps = round((value - self.low) / self.step)
+        value = self.low + steps * self.step
+        value = int(round(value)) if self.field in INT_FIELDS else round(value, 4)
+        if value != self.value:
+            self.value = value
+            self.post_message(self.Changed(self, self.field, value))
+
+    def action_nudge(self, steps: int) -> None:
+        self.set_value(self.value + steps * self.step)
+
+    def on_click(self, event: events.Click) -> None:
+        label = 8
+        width = max(4, self.size.width - label - 8)
+        x = event.x - label
+        if 0 <= x < width:
+            self.set_value(self.low + (self.high - self.low) * x / (width - 1))
+
+
+class SamplerPanel(Vertical):
+    """All sliders plus presets; shows when a change took effect in the reply."""
+
+    DEFAULT_CSS = """
+    SamplerPanel { height: auto; padding: 0 1; }
+    SamplerPanel > #presets { height: 1; margin-top: 0; }
+    SamplerPanel > #presets > Button { min-width: 8; height: 1; border: none; margin: 0 1 0 0;
+        padding: 0 1; }
+    SamplerPanel > #sampler-status { height: 1; color: $text-muted; }
+    """
+
+    settings: reactive[SamplerSettings] = reactive(SamplerSettings)
+    """The settings the next token will be sampled with."""
+
+    class SettingsChanged(Message):
+        def __init__(self, settings: SamplerSettings) -> None:
+            super().__init__()
+            self.settings = settings
+
+    def __init__(self, settings: SamplerSettings, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.set_reactive(SamplerPanel.settings, settings)
+
+    def compose(self) -> ComposeResult:
+        for field in SLIDER_FIELDS:
+            yield Slider(field, getattr(self.settings, field), id=f"slider-{field}")
+        with Horizontal(id="presets"):
+            for name in PRESETS:
+                yield Button(name, id=f"preset-{name}", compact=True)
+        yield Static("", id="sampler-status")
+
+    def on_slider_changed(self, message: Slider.Changed) -> None:
+        message.stop()
+        self.settings = self.settings.with_(**{message.field: message.value})
+        self.post_message(self.SettingsChanged(self.settings))
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if not event.button.id or not event.button.id.startswith("preset-"):
+            return
+        event.stop()
+        self.apply_preset(event.button.id.removeprefix("preset-"))
+
+    def apply_preset(self, name: str) -> None:
+        preset = PRESETS[name]
+        # A preset sets how tokens are picked; the reply length and seed stay the user's.
+        self.settings = preset.with_(max_tokens=self.settings.max_tokens, seed=self.settings.seed)
+        self.sync_sliders()
+        self.post_message(self.SettingsChanged(self.settings))
+
+    def sync_sliders(self) -> None:
+        for field in SLIDER_FIELDS:
+            slider = self.query_one(f"#slider-{field}", Slider)
+            slider.set_reactive(Slider.value, getattr(self.settings, field))
+            slider.refresh()
+
+    def set_status(self, text: str) -> None:
+        self.query_one("#sampler-status", Static).update(text)

@@ -1,0 +1,113 @@
+"""Speed and context: TTFT, prefill and decode rates, a sparkline, context used, stop reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.reactive import reactive
+from textual.widgets import Sparkline, Static
+
+from chatapp.engine.protocol import ModelInfo
+
+
+@dataclass(frozen=True)
+class LiveStats:
+    """What the stats panel shows; the screen replaces it, the panel redraws."""
+
+    ttft_s: float | None = None
+    first_paint_s: float | None = None  # submit -> first token painted, measured in the UI
+    prefill_tps: float | None = None
+    prompt_new: int = 0
+    prompt_reused: int = 0
+    decode_tps: float | None = None
+    tokens: int = 0
+    n_past: int = 0
+    n_ctx: int = 0
+    stop_reason: str = ""
+    state: str = "loading"
+
+    def but(self, **changes) -> LiveStats:
+        return replace(self, **changes)
+
+
+def _f(value: float | None, fmt: str, unit: str = "") -> str:
+    return "–" if value is None else f"{value:{fmt}}{unit}"
+
+
+def context_bar(used: int, total: int, width: int = 20) -> Text:
+    frac = used / total if total else 0.0
+    filled = round(frac * width)
+    style = "red" if frac > 0.9 else "yellow" if frac > 0.7 else "green"
+    text = Text("█" * filled, style=style)
+    text.append("░" * (width - filled), style="dim")
+    text.append(f" {used}/{total}")
+    return text
+
+
+class StatsPanel(Vertical):
+    """Live numbers from the engine's own timestamps, plus UI first-paint for comparison."""
+
+    DEFAULT_CSS = """
+    StatsPanel { height: auto; padding: 0 1; }
+    StatsPanel > #stats-table { height: auto; }
+    StatsPanel > Sparkline { height: 2; margin: 0 0; }
+    StatsPanel > Sparkline > .sparkline--max-color { color: $spark-max; }
+    StatsPanel > Sparkline > .sparkline--min-color { color: $spark-min; }
+    """
+
+    stats: reactive[LiveStats] = reactive(LiveStats)
+    """The numbers to show."""
+    info: reactive[ModelInfo | None] = reactive(None)
+    """The loaded model."""
+    speeds: reactive[tuple[float, ...]] = reactive(())
+    """Per-token decode speed (t/s) for the sparkline."""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="stats-table")
+        yield Sparkline([], id="speed-spark")
+
+    def watch_stats(self) -> None:
+        self._redraw()
+
+    def watch_info(self) -> None:
+        self._redraw()
+
+    def watch_speeds(self, speeds: tuple[float, ...]) -> None:
+        if self.is_mounted:
+            self.query_one(Sparkline).data = list(speeds[-60:]) or [0.0]
+
+    def _redraw(self) -> None:
+        if not self.is_mounted:
+            return
+        s, info = self.stats, self.info
+        t = Table.grid(padding=(0, 1))
+        t.add_column(style="bold", no_wrap=True)
+        t.add_column(no_wrap=True)
+        t.add_column(style="bold", no_wrap=True)
+        t.add_column(no_wrap=True)
+        ttft = _f(s.ttft_s and s.ttft_s * 1000, ".0f", " ms")
+        paint = _f(s.first_paint_s and s.first_paint_s * 1000, ".0f", " ms")
+        t.add_row("TTFT", ttft, "paint", paint)
+        t.add_row(
+            "prefill",
+            _f(s.prefill_tps, ".0f", " t/s"),
+            "new/reused",
+            f"{s.prompt_new}/{s.prompt_reused}",
+        )
+        t.add_row("decode", _f(s.decode_tps, ".1f", " t/s"), "tokens", str(s.tokens))
+        t.add_row(
+            "context",
+            context_bar(s.n_past, s.n_ctx or (info.n_ctx if info else 0), 12),
+            "stop",
+            s.stop_reason or s.state,
+        )
+        if info is not None:
+            gpu = (
+                f"{info.n_gpu_layers}/{info.n_layers + 1}" if info.gpu_offload_supported else "cpu"
+            )
+            t.add_row("load", f"{info.load_s:.2f} s", "gpu layers", gpu)
+        self.query_one("#stats-table", Static).update(t)

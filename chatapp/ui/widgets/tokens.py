@@ -1,0 +1,224 @@
+"""Token boundaries: the reply or the templated prompt in alternating colours, and a tokenizer box."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import Input, Static
+
+from chatapp.textsafe import escape_bytes, token_display
+
+
+@dataclass(frozen=True)
+class ShownToken:
+    """A token as the panel shows it."""
+
+    id: int
+    piece: bytes
+    logprob: float | None = None
+    special: bool = False
+
+
+class TokenStrip(Widget, can_focus=True):
+    """Tokens drawn with alternating colours; a cursor picks one (arrow keys or the mouse)."""
+
+    COMPONENT_CLASSES = {
+        "tokenstrip--a",
+        "tokenstrip--b",
+        "tokenstrip--special",
+        "tokenstrip--cursor",
+        "tokenstrip--id",
+    }
+    DEFAULT_CSS = """
+    TokenStrip { height: auto; min-height: 1; padding: 0 1; }
+    TokenStrip > .tokenstrip--a { background: $token-a; color: $foreground; }
+    TokenStrip > .tokenstrip--b { background: $token-b; color: $foreground; }
+    TokenStrip > .tokenstrip--special { background: $token-special; color: $foreground;
+        text-style: bold; }
+    TokenStrip > .tokenstrip--cursor { background: $accent; color: $background;
+        text-style: bold; }
+    TokenStrip > .tokenstrip--id { color: $text-muted; }
+    TokenStrip:focus { background: $boost; }
+    """
+    BINDINGS = [
+        Binding("left", "move(-1)", "Previous token", show=False, id="tokens.left"),
+        Binding("right", "move(1)", "Next token", show=False, id="tokens.right"),
+        Binding("home", "jump(0)", "First token", show=False, id="tokens.home"),
+        Binding("end", "jump(-1)", "Last token", show=False, id="tokens.end"),
+    ]
+
+    tokens: reactive[tuple[ShownToken, ...]] = reactive((), layout=True)
+    """The tokens to draw."""
+    show_ids: reactive[bool] = reactive(False, layout=True)
+    """Draw each token's id after it."""
+    cursor: reactive[int | None] = reactive(None)
+    """Index of the selected token, or None."""
+
+    class Selected(Message):
+        """The cursor moved to a token."""
+
+        def __init__(self, strip: TokenStrip, index: int) -> None:
+            super().__init__()
+            self.strip = strip
+            self.index = index
+
+        @property
+        def control(self) -> TokenStrip:
+            return self.strip
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._spans: list[tuple[int, int]] = []
+
+    def append(self, new: list[ShownToken]) -> None:
+        self.tokens = self.tokens + tuple(new)
+
+    def render(self) -> Text:
+        styles = [self.get_component_rich_style(f"tokenstrip--{k}") for k in ("a", "b")]
+        special = self.get_component_rich_style("tokenstrip--special")
+        cursor = self.get_component_rich_style("tokenstrip--cursor")
+        id_style = self.get_component_rich_style("tokenstrip--id")
+        text = Text(no_wrap=False, overflow="fold")
+        self._spans = []
+        for i, tok in enumerate(self.tokens):
+            start = len(text)
+            style = cursor if i == self.cursor else special if tok.special else styles[i % 2]
+            text.append(token_display(tok.piece) or "∅", style)
+            if self.show_ids:
+                text.append(f"{tok.id}", id_style)
+                text.append(" ")
+            self._spans.append((start, len(text)))
+        if not self.tokens:
+            text.append("(no tokens yet)", id_style)
+        return text
+
+    def watch_cursor(self, value: int | None) -> None:
+        if value is not None:
+            self.post_message(self.Selected(self, value))
+
+    def action_move(self, step: int) -> None:
+        if not self.tokens:
+            return
+        current = self.cursor if self.cursor is not None else len(self.tokens)
+        self.cursor = max(0, min(len(self.tokens) - 1, current + step))
+
+    def action_jump(self, where: int) -> None:
+        if self.tokens:
+            self.cursor = where % len(self.tokens)
+
+    def on_click(self, event: events.Click) -> None:
+        index = self._index_at(event.x, event.y)
+        if index is not None:
+            self.cursor = index
+
+    def _index_at(self, x: int, y: int) -> int | None:
+        """Map a cell to a token by re-wrapping the rendered text at the widget width."""
+        width = max(1, self.content_region.width)
+        text = self.render()
+        lines = text.wrap(self.app.console, width)
+        offset = 0
+        for row, line in enumerate(lines):
+            if row == y - self.styles.padding.top:
+                pos = offset + max(0, x - self.styles.padding.left)
+                for i, (a, b) in enumerate(self._spans):
+                    if a <= pos < b:
+                        return i
+                return None
+            offset += len(line.plain) + (1 if line.plain and not line.plain.endswith("\n") else 0)
+        return None
+
+
+def describe(tok: ShownToken, index: int) -> str:
+    """One line about a token: index, id, exact bytes, probability."""
+    parts = [f"#{index}", f"id {tok.id}", f"bytes {escape_bytes(tok.piece)!s}"]
+    if tok.logprob is not None:
+        parts.append(f"logprob {tok.logprob:.3f} (p {math.exp(tok.logprob):.3f})")
+    return "  ".join(parts)
+
+
+class TokenPanel(Vertical):
+    """The reply's (or, toggled, the whole templated prompt's) tokens, and a tokenizer box."""
+
+    DEFAULT_CSS = """
+    TokenPanel { height: 1fr; }
+    TokenPanel > .title { height: 1; color: $text-muted; }
+    TokenPanel > #token-info { height: auto; color: $text; background: $boost; padding: 0 1; }
+    TokenPanel > #tokenizer-input { margin-top: 1; }
+    TokenPanel > #tokenizer-count { height: 1; color: $text-muted; padding: 0 1; }
+    TokenPanel > #reply-tokens { max-height: 60%; overflow-y: auto; }
+    """
+
+    show_prompt: reactive[bool] = reactive(False)
+    """Show the templated prompt (specials included) instead of the reply."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.reply: list[ShownToken] = []
+        self.prompt: list[ShownToken] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static("Reply tokens", classes="title", id="token-title")
+        yield TokenStrip(id="reply-tokens")
+        yield Static("", id="token-info")
+        yield Input(placeholder="Type any sentence to see its tokens", id="tokenizer-input")
+        yield Static("", id="tokenizer-count")
+        yield TokenStrip(id="typed-tokens")
+
+    @property
+    def strip(self) -> TokenStrip:
+        return self.query_one("#reply-tokens", TokenStrip)
+
+    def set_prompt(self, tokens: list[ShownToken]) -> None:
+        self.prompt = tokens
+        if self.show_prompt:
+            self.strip.tokens = tuple(self.prompt)
+
+    def reset_reply(self, tokens: list[ShownToken] | None = None) -> None:
+        self.reply = list(tokens or [])
+        if not self.show_prompt:
+            self.strip.cursor = None
+            self.strip.tokens = tuple(self.reply)
+
+    def add_reply(self, tokens: list[ShownToken]) -> None:
+        self.reply.extend(tokens)
+        if not self.show_prompt:
+            self.strip.append(tokens)
+
+    def watch_show_prompt(self, value: bool) -> None:
+        if not self.is_mounted:
+            return
+        self.query_one("#token-title", Static).update(
+            "Templated prompt (specials highlighted)" if value else "Reply tokens"
+        )
+        self.strip.cursor = None
+        self.strip.tokens = tuple(self.prompt if value else self.reply)
+
+    def toggle_ids(self) -> None:
+        for strip in self.query(TokenStrip):
+            strip.show_ids = not strip.show_ids
+
+    def on_token_strip_selected(self, message: TokenStrip.Selected) -> None:
+        strip = message.strip
+        if 0 <= message.index < len(strip.tokens):
+            where = (
+                "typed" if strip.id == "typed-tokens" else "prompt" if self.show_prompt else "reply"
+            )
+            self.query_one("#token-info", Static).update(
+                f"{where} {describe(strip.tokens[message.index], message.index)}"
+            )
+
+    def show_typed(self, tokens: list[ShownToken]) -> None:
+        self.query_one("#typed-tokens", TokenStrip).tokens = tuple(tokens)
+        n_chars = len(self.query_one("#tokenizer-input", Input).value)
+        self.query_one("#tokenizer-count", Static).update(
+            f"{len(tokens)} tokens, {n_chars} characters" if tokens else ""
+        )

@@ -1,0 +1,134 @@
+"""A scripted engine for fast, deterministic UI tests (the real path is tested on llama.cpp)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+from chatapp.engine.protocol import (
+    Candidate,
+    Failed,
+    Finished,
+    GenerateRequest,
+    ModelInfo,
+    PromptEvaluated,
+    SettingsApplied,
+    StopReason,
+    Token,
+    TokenPiece,
+)
+from chatapp.metrics import stats_from_times
+from chatapp.sampling import SamplerSettings
+
+WORDS = "The sea is calm tonight . The tide is full , the moon lies fair upon the straits".split()
+
+
+class ScriptedEngine:
+    """Replies with the words above, one token per word, `delay` seconds apart."""
+
+    def __init__(
+        self, delay: float = 0.002, words: list[str] | None = None, fail_with: str | None = None
+    ) -> None:
+        self.delay = delay
+        self.words = words or WORDS
+        self.fail_with = fail_with
+        self.info: ModelInfo | None = None
+        self._cancel = threading.Event()
+        self._settings: SamplerSettings | None = None
+        self.requests: list[GenerateRequest] = []
+        self.alive = False
+
+    def start(self) -> ModelInfo:
+        self.alive = True
+        self.info = ModelInfo(
+            path="/models/scripted.gguf",
+            n_vocab=1000,
+            n_ctx=2048,
+            n_ctx_train=2048,
+            load_s=0.01,
+            gpu_offload_supported=False,
+            n_gpu_layers=0,
+            n_layers=4,
+            n_threads=1,
+            has_chat_template=True,
+            quant="Q4_1",
+            architecture="llama",
+        )
+        return self.info
+
+    def _piece(self, i: int) -> bytes:
+        return (" " + self.words[i % len(self.words)]).encode()
+
+    def generate(self, request: GenerateRequest) -> Iterator:
+        self.requests.append(request)
+        self._cancel.clear()
+        t0 = time.perf_counter()
+        prompt = [TokenPiece(1, b"<|im_start|>"), TokenPiece(2, b"user"), TokenPiece(3, b"\n")]
+        for m in request.messages:
+            prompt += [TokenPiece(100 + i, w.encode()) for i, w in enumerate(m.content.split())]
+        yield PromptEvaluated(
+            tuple(prompt), "<|im_start|>user\n...", len(prompt), 0, 0.001, time.perf_counter()
+        )
+        if self.fail_with:
+            yield Failed(self.fail_with)
+            return
+        settings = request.settings
+        times = []
+        text = "".join(TokenPiece(i, self._piece(i)).text for i in request.reply_prefix_ids)
+        start = len(request.reply_prefix_ids)
+        reason = StopReason.MAX_TOKENS
+        for n in range(start, start + settings.max_tokens):
+            if self._cancel.is_set():
+                reason = StopReason.CANCELLED
+                break
+            if self._settings is not None:
+                settings, self._settings = self._settings, None
+                yield SettingsApplied(settings, n)
+            if n >= len(self.words) * 2:
+                reason = StopReason.EOG
+                break
+            time.sleep(self.delay)
+            t = time.perf_counter()
+            times.append(t)
+            piece = self._piece(n)
+            cands = tuple(
+                Candidate(
+                    n + k,
+                    self._piece(n + k),
+                    0.5 / (k + 1),
+                    0.6 / (k + 1),
+                    kept_top_k=k < 4,
+                    kept_top_p=k < 3,
+                    kept_min_p=True,
+                )
+                for k in range(6)
+            )
+            text += piece.decode()
+            yield Token(n, n, piece, piece.decode(), t, -0.69, cands)
+        stats = stats_from_times(
+            t_request=t0,
+            t_prefill_start=t0,
+            t_prefill_end=t0 + 0.001,
+            token_times=times,
+            prompt_tokens=len(prompt),
+            prompt_evaluated=len(prompt),
+            n_past=len(prompt) + len(times),
+            n_ctx=2048,
+        )
+        yield Finished(reason, text, stats)
+
+    def update_settings(self, settings: SamplerSettings) -> None:
+        self._settings = settings
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def tokenize(self, text: str, special: bool = True) -> list[TokenPiece]:
+        return [
+            TokenPiece(i, (" " if i else "").encode() + w.encode())
+            for i, w in enumerate(text.split())
+        ]
+
+    def close(self) -> None:
+        self.alive = False

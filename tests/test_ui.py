@@ -1,0 +1,225 @@
+"""Pilot tests of the chat TUI: scripted engine for fast flows, the real model for streaming."""
+
+from __future__ import annotations
+
+import pytest
+from scripted_engine import WORDS, ScriptedEngine
+
+from chatapp.engine.local import LocalEngine
+from chatapp.engine.protocol import LoadOptions
+from chatapp.ui.app import ChatApp
+from chatapp.ui.screens.help import HelpScreen
+from chatapp.ui.widgets.sampler import Slider
+from chatapp.ui.widgets.tokens import TokenStrip
+
+SIZE = (120, 40)
+
+
+async def wait_until(pilot, predicate, timeout: float = 20.0) -> None:
+    steps = int(timeout / 0.02)
+    for _ in range(steps):
+        if predicate():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+async def send(pilot, app: ChatApp, text: str) -> None:
+    await wait_until(pilot, lambda: app.engine is not None)
+    prompt = app.query_one("#prompt")
+    prompt.text = text
+    prompt.focus()
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: app.reply is not None or app.last_reply is not None)
+
+
+async def test_send_streams_reply_and_updates_panels():
+    engine = ScriptedEngine()
+    app = ChatApp(lambda: engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Hello there")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        assert [m.role for m in app.conversation] == ["user", "assistant"]
+        assert app.conversation[-1].content.startswith(" The sea is calm")
+        items = app.chat.items()
+        assert [i.role for i in items] == ["user", "assistant"]
+        assert items[-1].text == app.conversation[-1].content
+        assert "stop: eog" in str(items[-1].query_one(".footer").render())
+        assert app.probs.candidates and app.probs.chosen is not None
+        assert len(app.token_panel.strip.tokens) == len(app.last_reply.tokens) == 2 * len(WORDS)
+        stats = app.stats_panel.stats
+        assert stats.tokens == 2 * len(WORDS) and stats.stop_reason == "eog"
+        assert stats.ttft_s is not None and stats.first_paint_s is not None
+        assert app.token_panel.prompt, "the templated prompt tokens are kept"
+
+
+async def test_escape_stops_the_reply():
+    engine = ScriptedEngine(delay=0.05)
+    app = ChatApp(lambda: engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Go on")
+        await wait_until(pilot, lambda: app.reply is not None and len(app.reply.tokens) >= 2)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.reply is None)
+        assert app.last_reply.finished.reason == "cancelled"
+        assert len(app.last_reply.tokens) < 2 * len(WORDS)
+        assert app.conversation[-1].role == "assistant"
+
+
+async def test_slider_mid_reply_reaches_the_engine_and_is_recorded():
+    engine = ScriptedEngine(delay=0.1)
+    app = ChatApp(lambda: engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Go on")
+        await wait_until(pilot, lambda: (app.reply or app.last_reply).tokens[3:])
+        assert app.reply is not None, "the reply must still be streaming"
+        slider = app.query_one("#slider-temperature", Slider)
+        slider.focus()
+        await pilot.press("left", "left")
+        await wait_until(pilot, lambda: app.reply is None)
+        changes = app.last_reply.settings_changes
+        assert changes, "the reply recorded when the new settings took effect"
+        index, settings = changes[-1]
+        assert settings.temperature == pytest.approx(0.7)
+        assert 3 <= index < 2 * len(WORDS)
+        status = str(app.sampler.query_one("#sampler-status").render())
+        assert status.startswith("applied from token")
+        footer = str(app.chat.items()[-1].query_one(".footer").render())
+        assert "settings changed at token" in footer
+
+
+async def test_rewind_resamples_from_the_selected_token():
+    engine = ScriptedEngine()
+    app = ChatApp(lambda: engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Hello")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        first_ids = [t.id for t in app.last_reply.tokens]
+        app.query_one("#tabs").active = "tab-tokens"
+        strip = app.query_one("#reply-tokens", TokenStrip)
+        strip.cursor = 5
+        await pilot.pause()
+        assert app.probs.step == 5
+        assert app.probs.chosen == first_ids[5]
+        await pilot.press("ctrl+w")
+        await wait_until(pilot, lambda: len(engine.requests) == 2 and app.reply is None)
+        assert engine.requests[-1].reply_prefix_ids == tuple(first_ids[:5])
+        assert len(app.chat.items()) == 2, "the reply is replaced, not duplicated"
+        assert [t.id for t in app.last_reply.tokens][:5] == first_ids[:5]
+
+
+async def test_regenerate_edit_continue_and_new_chat():
+    engine = ScriptedEngine()
+    app = ChatApp(lambda: engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "First question")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: len(engine.requests) == 2 and app.reply is None)
+        assert [m.role for m in app.conversation] == ["user", "assistant"]
+        await pilot.press("ctrl+e")
+        await pilot.pause()
+        assert app.query_one("#prompt").text == "First question"
+        assert app.conversation == []
+        app.query_one("#prompt").text = "Second question"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(engine.requests) == 3 and app.reply is None)
+        assert app.conversation[0].content == "Second question"
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        assert app.conversation == [] and app.chat.items() == []
+
+
+async def test_engine_error_keeps_the_conversation():
+    engine = ScriptedEngine(fail_with="the prompt is 5000 tokens but the context holds 2048")
+    app = ChatApp(lambda: engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "A very long prompt")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        status = str(app.query_one("#status-line").render())
+        assert "context holds 2048" in status
+        assert app.conversation[0].content == "A very long prompt"
+        assert "error" in app.chat.items()[-1].classes
+
+
+async def test_bad_model_file_is_a_clear_error_and_typing_still_works(tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"NOPE" * 10)
+    app = ChatApp(lambda: LocalEngine(LoadOptions(model_path=str(bad))))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: "error" in str(app.query_one("#status-line").render()))
+        status = str(app.query_one("#status-line").render())
+        assert "is not a GGUF model file" in status
+        prompt = app.query_one("#prompt")
+        prompt.focus()
+        await pilot.press(*"still typing")
+        assert prompt.text == "still typing"
+
+
+async def test_theme_switch_is_remembered():
+    remembered = []
+    app = ChatApp(lambda: ScriptedEngine(), remember_theme=remembered.append)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.theme == "chatapp-dark"
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        assert app.theme != "chatapp-dark"
+        assert remembered[-1] == app.theme
+        assert {"chatapp-dark", "chatapp-light", "chatapp-high-contrast"} <= set(
+            app.available_themes
+        )
+
+
+async def test_tokenizer_box_tokenizes_typed_text():
+    app = ChatApp(lambda: ScriptedEngine())
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.engine is not None)
+        app.query_one("#tabs").active = "tab-tokens"
+        await pilot.pause()
+        box = app.query_one("#tokenizer-input")
+        box.focus()
+        await pilot.press(*"It works on any sentence")
+        typed = app.query_one("#typed-tokens", TokenStrip)
+        await wait_until(pilot, lambda: len(typed.tokens) == 5)
+
+
+async def test_help_screen_lists_every_binding():
+    app = ChatApp(lambda: ScriptedEngine())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f1")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        listed = {row[2] for row in app.screen.rows}
+        for binding in ChatApp.BINDINGS:
+            assert binding.id and binding.id in listed
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
+
+
+@pytest.mark.slow
+async def test_real_model_send_stream_and_stop(model_path):
+    app = ChatApp(
+        lambda: LocalEngine(LoadOptions(model_path=model_path, n_ctx=2048, n_gpu_layers=0))
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Write a long story about a lighthouse keeper.")
+        await wait_until(
+            pilot, lambda: app.reply is not None and len(app.reply.tokens) >= 5, timeout=60
+        )
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.reply is None, timeout=30)
+        reply = app.last_reply
+        assert reply.finished is not None and reply.finished.reason == "cancelled"
+        assert reply.item.text == reply.finished.text and reply.finished.text.strip()
+        assert app.probs.candidates
+        assert app.stats_panel.stats.decode_tps and app.stats_panel.stats.decode_tps > 1
+        assert len(app.token_panel.prompt) > 10
+        assert any(t.piece == b"<|im_start|>" for t in app.token_panel.prompt)
+        # A second turn works on the same worker and reuses the KV cache.
+        app.settings = app.settings.with_(max_tokens=8)
+        await send(pilot, app, "Thanks!")
+        await wait_until(
+            pilot, lambda: app.reply is None and len(app.conversation) == 4, timeout=60
+        )
+        assert app.stats_panel.stats.prompt_reused > 0
