@@ -1,4 +1,4 @@
-"""Token boundaries: the reply or the templated prompt in alternating colours, and a tokenizer box."""
+"""Token boundaries of the reply or the templated prompt, and a box that tokenizes any text."""
 
 from __future__ import annotations
 
