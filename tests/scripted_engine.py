@@ -18,7 +18,7 @@ from chatapp.engine.protocol import (
     Token,
     TokenPiece,
 )
-from chatapp.metrics import stats_from_times
+from chatapp.metrics import GenerationStats, stats_from_times
 from chatapp.sampling import SamplerSettings
 
 WORDS = "The sea is calm tonight . The tide is full , the moon lies fair upon the straits".split()
@@ -28,8 +28,13 @@ class ScriptedEngine:
     """Replies with the words above, one token per word, `delay` seconds apart."""
 
     def __init__(
-        self, delay: float = 0.002, words: list[str] | None = None, fail_with: str | None = None
+        self,
+        delay: float = 0.002,
+        words: list[str] | None = None,
+        fail_with: str | None = None,
+        pinned_stats: GenerationStats | None = None,
     ) -> None:
+        self.pinned_stats = pinned_stats
         self.delay = delay
         self.words = words or WORDS
         self.fail_with = fail_with
@@ -116,7 +121,7 @@ class ScriptedEngine:
             n_past=len(prompt) + len(times),
             n_ctx=2048,
         )
-        yield Finished(reason, text, stats)
+        yield Finished(reason, text, self.pinned_stats or stats)
 
     def update_settings(self, settings: SamplerSettings) -> None:
         self._settings = settings
