@@ -1,0 +1,222 @@
+"""`chatapp history ...` and `chatapp config ...`: plain functions that print and return a code."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from chatapp import paths
+from chatapp.config import load_config, state_file, to_toml
+from chatapp.store import (
+    SCHEMA_VERSION,
+    Conversation,
+    Message,
+    MessageStatus,
+    Store,
+    StoreError,
+    default_db_path,
+)
+
+EXPORT_FORMAT = "chatapp-conversation"
+EXPORT_VERSION = 1
+
+
+def _when(ts: float) -> str:
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
+
+
+def _open(read_only: bool) -> Store | None:
+    """The history store, or None when no database has been written yet."""
+    path = default_db_path()
+    if not path.exists():
+        return None
+    return Store(path, read_only=read_only)
+
+
+def _get(conversation_id: int) -> tuple[Conversation, list[Message]]:
+    store = _open(read_only=True)
+    if store is None:
+        raise StoreError(f"no conversation with id {conversation_id} (the history is empty)")
+    with store:
+        return store.get_conversation(conversation_id), store.messages(conversation_id)
+
+
+def history_list(as_json: bool = False, limit: int | None = None) -> int:
+    """Print the conversations, newest first (id, last change, messages, title)."""
+    store = _open(read_only=True)
+    conversations = []
+    if store is not None:
+        with store:
+            conversations = store.list_conversations(limit)
+    if as_json:
+        print(json.dumps([c.to_dict() for c in conversations], indent=2, ensure_ascii=False))
+        return 0
+    if not conversations:
+        print("no conversations yet", file=sys.stderr)
+        return 0
+    print(f"{'ID':>5}  {'UPDATED':<16}  {'MSGS':>4}  TITLE")
+    for c in conversations:
+        print(f"{c.id:>5}  {_when(c.updated):<16}  {c.message_count:>4}  {c.title}")
+    return 0
+
+
+def history_show(conversation_id: int) -> int:
+    """Print one conversation as plain text, with a stats line under each reply."""
+    conversation, messages = _get(conversation_id)
+    print(f"#{conversation.id} {conversation.title}")
+    print(f"created {_when(conversation.created)}, {len(messages)} messages")
+    if conversation.system_prompt:
+        print(f"\nsystem: {conversation.system_prompt}")
+    for m in messages:
+        mark = "" if m.status is MessageStatus.COMPLETE else f" [{m.status.value}]"
+        print(f"\n{m.role}{mark}:")
+        print("\n".join("  " + line for line in (m.text or "").splitlines()) or "  (empty)")
+        if m.role == "assistant":
+            facts = _stats_facts(m)
+            if facts:
+                print("  (" + " · ".join(facts) + ")")
+    return 0
+
+
+def _stats_facts(m: Message) -> list[str]:
+    """Short facts about how a reply was made, in display order."""
+    facts: list[str] = []
+    if m.model:
+        name = Path(m.model.path).name or m.model.path
+        facts.append(f"{name} {m.model.quant}".strip())
+    if m.ttft_s is not None:
+        facts.append(f"TTFT {m.ttft_s:.2f} s")
+    if m.prefill_tps is not None:
+        facts.append(f"prefill {m.prefill_tps:.1f} t/s")
+    if m.decode_tps is not None:
+        facts.append(f"decode {m.decode_tps:.1f} t/s")
+    if m.prompt_tokens is not None or m.completion_tokens is not None:
+        facts.append(f"{m.prompt_tokens or 0} prompt + {m.completion_tokens or 0} reply tokens")
+    if m.stop_reason:
+        facts.append(f"stop: {m.stop_reason}")
+    if m.error:
+        facts.append(f"error: {m.error}")
+    return facts
+
+
+def _markdown(conversation: Conversation, messages: list[Message]) -> str:
+    out = [f"# {conversation.title}", "", f"- created: {_when(conversation.created)}"]
+    if conversation.model_path:
+        out.append(f"- model: `{conversation.model_path}`")
+    if conversation.system_prompt:
+        out += ["", "## System", "", conversation.system_prompt]
+    for m in messages:
+        status = "" if m.status is MessageStatus.COMPLETE else f" ({m.status.value})"
+        out += ["", f"## {m.role.capitalize()}{status}", "", m.text or "*(empty)*"]
+        if m.role == "assistant":
+            out += ["", *_markdown_footer(m)]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _markdown_footer(m: Message) -> list[str]:
+    """The stats footer of one reply, as a Markdown quote."""
+    rows: list[str] = []
+    if m.model:
+        size = f", {m.model.size / 1e6:.1f} MB" if m.model.size else ""
+        sha = f", header sha256 {m.model.sha256[:12]}" if m.model.sha256 else ""
+        rows.append(f"model: `{Path(m.model.path).name}` ({m.model.quant or '?'}{size}{sha})")
+    speed = []
+    if m.ttft_s is not None:
+        speed.append(f"TTFT {m.ttft_s:.3f} s")
+    if m.prefill_tps is not None:
+        speed.append(f"prefill {m.prefill_tps:.1f} t/s")
+    if m.decode_tps is not None:
+        speed.append(f"decode {m.decode_tps:.1f} t/s")
+    if speed:
+        rows.append(" · ".join(speed))
+    if m.prompt_tokens is not None or m.completion_tokens is not None:
+        rows.append(f"tokens: {m.prompt_tokens or 0} prompt, {m.completion_tokens or 0} completion")
+    if m.stop_reason:
+        rows.append(f"stop reason: {m.stop_reason}")
+    if m.error:
+        rows.append(f"error: {m.error}")
+    if m.sampler:
+        rows.append("sampler: " + ", ".join(f"{k}={v}" for k, v in m.sampler.to_dict().items()))
+    return ["> " + row + ("  " if i < len(rows) - 1 else "") for i, row in enumerate(rows)]
+
+
+def export_data(conversation: Conversation, messages: list[Message]) -> dict[str, Any]:
+    """Everything about a conversation as JSON-able data (the `--format json` export)."""
+    return {
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "schema": SCHEMA_VERSION,
+        "conversation": conversation.to_dict(),
+        "messages": [m.to_dict() for m in messages],
+    }
+
+
+def history_export(conversation_id: int, fmt: str = "md", out: Path | None = None) -> int:
+    """Write one conversation as Markdown (with a stats footer per reply) or JSON."""
+    if fmt not in ("md", "json"):
+        raise StoreError(f"export format must be md or json, got {fmt!r}")
+    conversation, messages = _get(conversation_id)
+    if fmt == "md":
+        text = _markdown(conversation, messages)
+    else:
+        data = export_data(conversation, messages)
+        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    if out is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise StoreError(f"cannot write {out} ({exc.strerror or exc})") from None
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def history_delete(conversation_id: int, yes: bool = False, stdin: TextIO | None = None) -> int:
+    """Delete a conversation; asks first unless `yes` (refuses when stdin is not a terminal)."""
+    store = _open(read_only=False)
+    if store is None:
+        raise StoreError(f"no conversation with id {conversation_id} (the history is empty)")
+    with store:
+        conversation = store.get_conversation(conversation_id)
+        if not yes:
+            stdin = stdin or sys.stdin
+            if not stdin.isatty():
+                raise StoreError("not deleting without --yes (standard input is not a terminal)")
+            print(
+                f"Delete #{conversation.id} {conversation.title!r} "
+                f"({conversation.message_count} messages)? [y/N] ",
+                end="",
+                flush=True,
+            )
+            if stdin.readline().strip().lower() not in ("y", "yes"):
+                print("not deleted", file=sys.stderr)
+                return 1
+        store.delete(conversation_id)
+    print(f"deleted conversation {conversation_id}", file=sys.stderr)
+    return 0
+
+
+def config_path() -> int:
+    """Print the config file's path (and, on stderr, whether it exists yet)."""
+    path = paths.config_file()
+    print(path)
+    if not path.exists():
+        print("(no config file yet: chatapp uses the defaults)", file=sys.stderr)
+    return 0
+
+
+def config_show() -> int:
+    """Print the effective config as TOML; problems go to stderr and make the exit code 1."""
+    path = paths.config_file()
+    config, problems = load_config(path)
+    source = path if path.exists() else f"{path} (not found, defaults)"
+    print(f"# effective config from {source}")
+    print(f"# history: {default_db_path()}; remembered UI choices: {state_file()}")
+    print(to_toml(config), end="")
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    return 1 if problems else 0

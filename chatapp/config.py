@@ -1,0 +1,330 @@
+"""The user's config.toml as frozen dataclasses; a bad entry falls back to its default, named."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from chatapp import paths
+from chatapp.sampling import PRESETS, SamplerSettings, SettingsError
+
+STATE_NAME = "state.json"
+DEFAULT_THEME = "textual-dark"
+
+
+class ConfigError(Exception):
+    """Remembered UI state could not be saved; str() is one sentence."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One OpenAI-compatible server, from a [servers.NAME] table."""
+
+    url: str
+    """Base URL, e.g. "http://127.0.0.1:8080" (http or https)."""
+    api_key_env: str | None = None
+    """Name of the environment variable holding the API key (never the key itself)."""
+    model_name: str | None = None
+    """Model name to ask the server for (default: the server's own default)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything config.toml can set. Every field has a default; the file may be absent."""
+
+    default_model: str | None = None
+    """GGUF file opened when none is given (default: the bundled SmolLM2)."""
+    model_dirs: tuple[str, ...] = ()
+    """Directories scanned for *.gguf files by the model picker."""
+    n_ctx: int = 4096
+    """Context size in tokens."""
+    n_gpu_layers: int = -1
+    """Layers offloaded to the GPU; -1 = all, 0 = CPU only."""
+    threads: int | None = None
+    """CPU threads for decoding; None (or 0 in the file) = all cores."""
+    system_prompt: str = ""
+    """System prompt of new conversations ("" = none)."""
+    theme: str = DEFAULT_THEME
+    """UI theme name (a built-in Textual theme or a chatapp theme file)."""
+    sampler: SamplerSettings = field(default_factory=SamplerSettings)
+    """Default sampler settings, from the [sampler] table."""
+    presets: dict[str, SamplerSettings] = field(default_factory=dict)
+    """User presets from [presets.NAME] tables (fields left out take the built-in defaults)."""
+    keymap: dict[str, str] = field(default_factory=dict)
+    """[keys] table: action name -> key (Textual key syntax, e.g. "ctrl+q" or "f1,ctrl+h")."""
+    servers: dict[str, ServerConfig] = field(default_factory=dict)
+    """Named servers from [servers.NAME] tables."""
+
+    def all_presets(self) -> dict[str, SamplerSettings]:
+        """Built-in presets plus the user's (a user preset replaces a built-in of that name)."""
+        return {**PRESETS, **self.presets}
+
+
+class _Bad(ValueError):
+    """One bad value; the message is what follows the key name."""
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def _whole(low: int, high: int) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Bad(f"must be a whole number, got {_show(value)}")
+        if not low <= value <= high:
+            raise _Bad(f"must be between {low} and {high}, got {value}")
+        return value
+
+    return check
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _Bad(f"must be a string, got {_show(value)}")
+    return value
+
+
+def _name(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _Bad(f"must be a non-empty string, got {_show(value)}")
+    return value.strip()
+
+
+def _threads(value: Any) -> int | None:
+    return _whole(0, 1024)(value) or None
+
+
+class _Loader:
+    """Reads the parsed TOML, collecting one problem line per bad entry."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.problems: list[str] = []
+
+    def problem(self, text: str) -> None:
+        self.problems.append(f"{self.path.name}: {text}")
+
+    def unknown(self, key: str, allowed: list[str]) -> None:
+        self.problem(f"unknown key {key} (allowed: {', '.join(sorted(allowed))})")
+
+    def file_path(self, value: Any) -> str:
+        p = Path(_name(value)).expanduser()
+        return str(p if p.is_absolute() else (self.path.parent / p))
+
+    def path_list(self, value: Any) -> tuple[str, ...]:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            raise _Bad(f"must be a list of directories, got {_show(value)}")
+        return tuple(self.file_path(v) for v in value)
+
+    def table(self, data: dict[str, Any], key: str) -> dict[str, Any]:
+        value = data.get(key, {})
+        if not isinstance(value, dict):
+            self.problem(f"{key} must be a table ([{key}]), got {_show(value)}")
+            return {}
+        return value
+
+    def sampler(self, data: dict[str, Any], prefix: str) -> SamplerSettings:
+        settings = SamplerSettings()
+        allowed = [f.name for f in fields(SamplerSettings)]
+        for key, value in data.items():
+            if key not in allowed:
+                self.unknown(f"{prefix}.{key}", allowed)
+                continue
+            try:
+                settings = settings.with_(**{key: value})
+            except SettingsError as exc:
+                self.problem(f"{prefix}.{exc}")
+        return settings
+
+    def server(self, name: str, data: Any) -> ServerConfig | None:
+        where = f"servers.{name}"
+        if not isinstance(data, dict):
+            self.problem(f"{where} must be a table ([{where}]), got {_show(data)}")
+            return None
+        allowed = [f.name for f in fields(ServerConfig)]
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in allowed:
+                self.unknown(f"{where}.{key}", allowed)
+            elif not isinstance(value, str) or not value.strip():
+                self.problem(f"{where}.{key} must be a non-empty string, got {_show(value)}")
+            else:
+                values[key] = value.strip()
+        url = values.get("url")
+        if url is None:
+            if "url" not in data:
+                self.problem(f'{where}.url is missing (e.g. url = "http://127.0.0.1:8080")')
+            return None
+        if not re.match(r"https?://[^/\s]+", url):
+            self.problem(f"{where}.url must start with http:// or https://, got {_show(url)}")
+            return None
+        return ServerConfig(**values)
+
+    def load(self, data: dict[str, Any]) -> Config:
+        scalars: dict[str, Callable[[Any], Any]] = {
+            "default_model": self.file_path,
+            "model_dirs": self.path_list,
+            "n_ctx": _whole(16, 1 << 22),
+            "n_gpu_layers": _whole(-1, 100_000),
+            "threads": _threads,
+            "system_prompt": _text,
+            "theme": _name,
+        }
+        tables = ["sampler", "presets", "keys", "servers"]
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in scalars:
+                try:
+                    values[key] = scalars[key](value)
+                except _Bad as exc:
+                    self.problem(f"{key} {exc}")
+            elif key not in tables:
+                self.unknown(key, [*scalars, *tables])
+        values["sampler"] = self.sampler(self.table(data, "sampler"), "sampler")
+        presets = {}
+        for name, table in self.table(data, "presets").items():
+            if isinstance(table, dict):
+                presets[name] = self.sampler(table, f"presets.{name}")
+            else:
+                self.problem(f"presets.{name} must be a table ([presets.{name}])")
+        keymap = {}
+        for action, key in self.table(data, "keys").items():
+            if isinstance(key, str) and key.strip():
+                keymap[action] = key.strip()
+            else:
+                self.problem(f'keys.{action} must be a key like "ctrl+q", got {_show(key)}')
+        servers = {}
+        for name, table in self.table(data, "servers").items():
+            server = self.server(name, table)
+            if server is not None:
+                servers[name] = server
+        return Config(**values, presets=presets, keymap=keymap, servers=servers)
+
+
+def load_config(path: Path | None = None) -> tuple[Config, list[str]]:
+    """Read config.toml (paths.config_file() by default) into a Config and a list of problems.
+
+    A missing file is no problem. Each bad key or value gives one line naming it and what is
+    allowed, and that entry keeps its default; a file that is not valid TOML gives one line with
+    the line number, and all defaults.
+    """
+    path = path or paths.config_file()
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return Config(), []
+    except OSError as exc:
+        return Config(), [f"{path}: cannot read the config file ({exc.strerror}); using defaults"]
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return Config(), [f"{path.name}: not UTF-8 text (byte {exc.start}); using defaults"]
+    except tomllib.TOMLDecodeError as exc:
+        return Config(), [f"{path.name}: invalid TOML: {exc}; using defaults"]
+    loader = _Loader(path)
+    return loader.load(data), loader.problems
+
+
+# -- remembered UI choices (state.json beside config.toml; the user's file is never rewritten) --
+
+
+def state_file() -> Path:
+    """Where UI choices (such as the theme) are remembered."""
+    return paths.config_dir() / STATE_NAME
+
+
+def load_state() -> dict[str, Any]:
+    """The remembered UI choices ({} when there are none or the file is unreadable)."""
+    try:
+        data = json.loads(state_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def save_state(**values: Any) -> None:
+    """Remember some UI choices (merged into the file, written atomically)."""
+    path = state_file()
+    data = {**load_state(), **values}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".state-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ConfigError(f"cannot save {path} ({exc.strerror or exc})") from None
+
+
+def save_theme(name: str, config: Config | None = None) -> None:
+    """Remember the theme picked in the UI (it wins until config.toml's theme is changed)."""
+    config = config or load_config()[0]
+    save_state(theme=name, theme_config=config.theme)
+
+
+def effective_theme(config: Config) -> str:
+    """The remembered theme, unless config.toml's theme changed since it was picked."""
+    state = load_state()
+    theme = state.get("theme")
+    if isinstance(theme, str) and theme and state.get("theme_config") == config.theme:
+        return theme
+    return config.theme
+
+
+# -- writing the effective config back as TOML (for `chatapp config show`) --
+
+
+def to_toml(config: Config) -> str:
+    """The config as TOML text that load_config reads back to an equal Config."""
+    lines: list[str] = []
+    top = {
+        "default_model": config.default_model,
+        "model_dirs": list(config.model_dirs),
+        "n_ctx": config.n_ctx,
+        "n_gpu_layers": config.n_gpu_layers,
+        "threads": config.threads or 0,
+        "system_prompt": config.system_prompt,
+        "theme": config.theme,
+    }
+    if config.default_model is None:
+        lines.append("# default_model is not set: the bundled model is used")
+    lines += [f"{k} = {_value(v)}" for k, v in top.items() if v is not None]
+    lines += ["", "[sampler]", *_pairs(config.sampler.to_dict())]
+    for name, preset in config.presets.items():
+        lines += ["", f"[presets.{_key(name)}]", *_pairs(preset.to_dict())]
+    if config.keymap:
+        lines += ["", "[keys]", *_pairs(config.keymap)]
+    for name, server in config.servers.items():
+        values = {f.name: getattr(server, f.name) for f in fields(server)}
+        lines += ["", f"[servers.{_key(name)}]", *_pairs(values)]
+    return "\n".join(lines) + "\n"
+
+
+def _pairs(data: dict[str, Any]) -> list[str]:
+    return [f"{_key(k)} = {_value(v)}" for k, v in data.items() if v is not None]
+
+
+def _key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        return str(value)
+    return json.dumps(str(value), ensure_ascii=False).replace("\x7f", "\\u007f")

@@ -1,0 +1,452 @@
+"""SQLite chat history: conversations and messages with their stats (WAL, one writer)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from chatapp import paths
+from chatapp.engine.protocol import ChatMessage
+from chatapp.history_model import (
+    Conversation,
+    Message,
+    MessageStatus,
+    ModelFingerprint,
+    SearchHit,
+    StoreError,
+    conversation_from_row,
+    dumps_sampler,
+    hit_from_row,
+    message_from_row,
+    model_columns,
+    model_fingerprint,
+    stats_columns,
+    title_from,
+)
+from chatapp.metrics import GenerationStats
+from chatapp.sampling import SamplerSettings
+from chatapp.store_schema import (
+    SCHEMA_VERSION,
+    describe_error,
+    migrate,
+    pid_alive,
+    rollback,
+    set_wal,
+)
+
+__all__ = [
+    "Conversation",
+    "Message",
+    "MessageStatus",
+    "ModelFingerprint",
+    "SCHEMA_VERSION",
+    "SearchHit",
+    "Store",
+    "StoreError",
+    "default_db_path",
+    "model_fingerprint",
+    "title_from",
+]
+
+DB_NAME = "history.db"
+BUSY_TIMEOUT_MS = 5000
+STALE_STREAMING_S = 600.0
+"""A 'streaming' row not updated for this long is interrupted even if its writer pid is alive."""
+
+
+def default_db_path() -> Path:
+    """The history database in the data dir (CHATAPP_DATA_DIR overrides the dir)."""
+    return paths.data_dir() / DB_NAME
+
+
+class Store:
+    """The chat history database. Use one instance per process; its methods are thread-safe.
+
+    Every write is one short `BEGIN IMMEDIATE` transaction, so two chatapp processes share the
+    file without "database is locked" (the busy timeout makes the second one wait). A failed
+    write raises StoreError and changes nothing: the caller keeps its in-memory conversation.
+    """
+
+    def __init__(
+        self,
+        path: Path | str | None = None,
+        *,
+        read_only: bool = False,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+    ) -> None:
+        self.path = Path(path) if path is not None else default_db_path()
+        """The database file."""
+        self.read_only = read_only
+        """Opened with mode=ro: every write raises StoreError."""
+        self._timeout_s = busy_timeout_ms / 1000
+        self._lock = threading.RLock()
+        self._conn = self._connect(busy_timeout_ms)
+        self._ident = self._file_ident()
+
+    # -- opening -------------------------------------------------------------------------
+
+    def _connect(self, busy_timeout_ms: int) -> sqlite3.Connection:
+        directory = self.path.parent
+        if self.read_only:
+            if not self.path.is_file():
+                raise StoreError(f"there is no history database at {self.path}")
+            target, uri = f"{self.path.resolve().as_uri()}?mode=ro", True
+        else:
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(
+                    f"cannot create the data directory {directory} ({exc.strerror or exc}); "
+                    "set CHATAPP_DATA_DIR to a writable directory"
+                ) from None
+            target, uri = str(self.path), False
+        conn = None
+        try:
+            conn = sqlite3.connect(
+                target, uri=uri, isolation_level=None, check_same_thread=False, timeout=0
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"the history database {self.path} was written by a newer chatapp "
+                    f"(schema {version}, this one knows {SCHEMA_VERSION}); upgrade chatapp or "
+                    "set CHATAPP_DATA_DIR"
+                )
+            if self.read_only and version < SCHEMA_VERSION:
+                raise StoreError(
+                    f"the history database {self.path} has an older schema ({version}); "
+                    "open it once with write access to upgrade it"
+                )
+            if not self.read_only:
+                set_wal(conn, self._timeout_s)
+                conn.execute("PRAGMA synchronous = NORMAL")
+                if version < SCHEMA_VERSION:
+                    migrate(conn)
+            conn.execute("PRAGMA foreign_keys = ON")
+        except StoreError:
+            if conn is not None:
+                conn.close()
+            raise
+        except sqlite3.Error as exc:
+            if conn is not None:
+                conn.close()
+            raise self._error(exc, "open the history") from None
+        return conn
+
+    def _file_ident(self) -> tuple[int, int]:
+        st = os.stat(self.path)
+        return st.st_dev, st.st_ino
+
+    def close(self) -> None:
+        """Close the connection (the last one out checkpoints the WAL)."""
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- transactions and errors -------------------------------------------------------------
+
+    @contextmanager
+    def _write(self, action: str) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._check_file(action)
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                except BaseException:
+                    rollback(conn)
+                    raise
+            except sqlite3.Error as exc:
+                raise self._error(exc, action) from None
+
+    @contextmanager
+    def _read(self, action: str) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                yield self._conn
+            except sqlite3.Error as exc:
+                raise self._error(exc, action) from None
+
+    def _check_file(self, action: str) -> None:
+        """SQLite would write on into a deleted file's inode and lose it all on close."""
+        try:
+            ident = self._file_ident()
+        except FileNotFoundError:
+            ident = None
+        if ident != self._ident:
+            what = "deleted" if ident is None else "replaced"
+            raise StoreError(
+                f"could not {action}: the history database {self.path} was {what} while chatapp "
+                "was running; this conversation is only in memory now"
+            )
+
+    def _error(self, exc: sqlite3.Error, action: str) -> StoreError:
+        return StoreError(f"could not {action}: {describe_error(exc, self.path, self._timeout_s)}")
+
+    # -- conversations ---------------------------------------------------------------------
+
+    def create_conversation(
+        self,
+        title: str = "New chat",
+        *,
+        system_prompt: str = "",
+        model_path: str = "",
+        sampler: SamplerSettings | None = None,
+    ) -> int:
+        """A new empty conversation; returns its id."""
+        now = time.time()
+        with self._write("create a conversation") as conn:
+            cur = conn.execute(
+                "INSERT INTO conversations (title, created, updated, system_prompt, model_path, "
+                "sampler) VALUES (?, ?, ?, ?, ?, ?)",
+                (title, now, now, system_prompt, model_path, dumps_sampler(sampler)),
+            )
+            return int(cur.lastrowid or 0)
+
+    def list_conversations(self, limit: int | None = None) -> list[Conversation]:
+        """Conversations, most recently updated first, with their message counts."""
+        with self._read("list conversations") as conn:
+            rows = conn.execute(
+                "SELECT c.*, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) "
+                "AS message_count FROM conversations c ORDER BY c.updated DESC, c.id DESC "
+                "LIMIT ?",
+                (-1 if limit is None else limit,),
+            ).fetchall()
+        return [conversation_from_row(r) for r in rows]
+
+    def get_conversation(self, conversation_id: int) -> Conversation:
+        """One conversation; StoreError when there is none with that id."""
+        with self._read("read a conversation") as conn:
+            row = conn.execute(
+                "SELECT c.*, (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id) "
+                "AS message_count FROM conversations c WHERE c.id = ?",
+                (conversation_id,),
+            ).fetchone()
+        if row is None:
+            raise StoreError(f"no conversation with id {conversation_id}")
+        return conversation_from_row(row)
+
+    def update_conversation(
+        self,
+        conversation_id: int,
+        *,
+        title: str | None = None,
+        system_prompt: str | None = None,
+        model_path: str | None = None,
+        sampler: SamplerSettings | None = None,
+    ) -> None:
+        """Change some fields of a conversation (None leaves a field as it is)."""
+        changes: dict[str, Any] = {"updated": time.time()}
+        if title is not None:
+            changes["title"] = title
+        if system_prompt is not None:
+            changes["system_prompt"] = system_prompt
+        if model_path is not None:
+            changes["model_path"] = model_path
+        if sampler is not None:
+            changes["sampler"] = dumps_sampler(sampler)
+        sets = ", ".join(f"{name} = ?" for name in changes)
+        with self._write("update a conversation") as conn:
+            values = (*changes.values(), conversation_id)
+            cur = conn.execute(f"UPDATE conversations SET {sets} WHERE id = ?", values)
+            if cur.rowcount == 0:
+                raise StoreError(f"no conversation with id {conversation_id}")
+
+    def rename(self, conversation_id: int, title: str) -> None:
+        """Set a conversation's title."""
+        title = title.strip()
+        if not title:
+            raise StoreError("a conversation title cannot be empty")
+        self.update_conversation(conversation_id, title=title)
+
+    def delete(self, conversation_id: int) -> None:
+        """Delete a conversation and all its messages."""
+        with self._write("delete a conversation") as conn:
+            cur = conn.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+            if cur.rowcount == 0:
+                raise StoreError(f"no conversation with id {conversation_id}")
+
+    def search(self, text: str, limit: int = 100) -> list[SearchHit]:
+        """Titles, then messages, containing `text` (case-insensitive for ASCII), newest first.
+
+        A LIKE scan: about 70 ms over 100,000 messages when nothing matches.
+        """
+        needle = text.strip()
+        if not needle:
+            return []
+        pattern = "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        with self._read("search the history") as conn:
+            # newest first by id, so SQLite stops scanning once `limit` messages matched
+            rows = conn.execute(
+                "SELECT NULL AS message_id, id AS conversation_id, title, '' AS role, "
+                "title AS text, updated AS created FROM conversations "
+                "WHERE title LIKE ? ESCAPE '\\' ORDER BY updated DESC LIMIT ?",
+                (pattern, limit),
+            ).fetchall()
+            rows += conn.execute(
+                "SELECT m.id AS message_id, m.conversation_id, c.title, m.role, m.text, "
+                "m.created FROM messages m JOIN conversations c ON c.id = m.conversation_id "
+                "WHERE m.text LIKE ? ESCAPE '\\' ORDER BY m.id DESC LIMIT ?",
+                (pattern, limit),
+            ).fetchall()
+        return [hit_from_row(r, needle) for r in rows]
+
+    # -- messages --------------------------------------------------------------------------
+
+    def add_message(
+        self,
+        conversation_id: int,
+        role: str,
+        text: str,
+        *,
+        status: MessageStatus | str = MessageStatus.COMPLETE,
+        model: ModelFingerprint | None = None,
+        sampler: SamplerSettings | None = None,
+    ) -> int:
+        """Append a message (save the user turn before generating); returns its id."""
+        if role not in ("system", "user", "assistant"):
+            raise StoreError(f"role must be system, user or assistant, got {role!r}")
+        status = MessageStatus(status)
+        now = time.time()
+        pid = os.getpid() if status is MessageStatus.STREAMING else None
+        with self._write("save a message") as conn:
+            cur = conn.execute(
+                "UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id)
+            )
+            if cur.rowcount == 0:
+                raise StoreError(f"no conversation with id {conversation_id}")
+            cur = conn.execute(
+                "INSERT INTO messages (conversation_id, seq, role, text, created, updated, "
+                "status, writer_pid, model_path, model_size, model_quant, model_sha256, sampler) "
+                "VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages "
+                "WHERE conversation_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, conversation_id, role, text, now, now, status.value, pid)
+                + model_columns(model)
+                + (dumps_sampler(sampler),),
+            )
+            return int(cur.lastrowid or 0)
+
+    def begin_reply(
+        self,
+        conversation_id: int,
+        *,
+        model: ModelFingerprint | None = None,
+        sampler: SamplerSettings | None = None,
+    ) -> int:
+        """Create the assistant row with status 'streaming' (before the first token)."""
+        return self.add_message(
+            conversation_id,
+            "assistant",
+            "",
+            status=MessageStatus.STREAMING,
+            model=model,
+            sampler=sampler,
+        )
+
+    def update_reply(self, message_id: int, text: str) -> None:
+        """Save the reply so far (one small UPDATE; call it about once a second)."""
+        with self._write("save the reply") as conn:
+            cur = conn.execute(
+                "UPDATE messages SET text = ?, updated = ? WHERE id = ?",
+                (text, time.time(), message_id),
+            )
+            if cur.rowcount == 0:
+                raise StoreError(f"no message with id {message_id} (was it deleted?)")
+
+    def finish_reply(
+        self,
+        message_id: int,
+        text: str,
+        status: MessageStatus | str = MessageStatus.COMPLETE,
+        *,
+        stats: GenerationStats | None = None,
+        stop_reason: str | None = None,
+        error: str | None = None,
+        sampler: SamplerSettings | None = None,
+    ) -> None:
+        """Store the final text, status, stats and stop reason of a reply.
+
+        `sampler` (when given) replaces the settings saved by begin_reply: pass the settings in
+        force at the end when they changed during the reply.
+        """
+        status = MessageStatus(status)
+        if status is MessageStatus.STREAMING:
+            raise StoreError("finish_reply needs a final status, not 'streaming'")
+        now = time.time()
+        stop = None if stop_reason is None else str(stop_reason)
+        with self._write("save the reply") as conn:
+            cur = conn.execute(
+                "UPDATE messages SET text = ?, status = ?, writer_pid = NULL, updated = ?, "
+                "ttft_s = ?, prefill_tps = ?, decode_tps = ?, prompt_tokens = ?, "
+                "completion_tokens = ?, stats = ?, stop_reason = ?, error = ?, "
+                "sampler = COALESCE(?, sampler) WHERE id = ?",
+                (text, status.value, now)
+                + stats_columns(stats)
+                + (stop, error, dumps_sampler(sampler), message_id),
+            )
+            if cur.rowcount == 0:
+                raise StoreError(f"no message with id {message_id} (was it deleted?)")
+            conn.execute(
+                "UPDATE conversations SET updated = ? WHERE id = "
+                "(SELECT conversation_id FROM messages WHERE id = ?)",
+                (now, message_id),
+            )
+
+    def mark_interrupted_on_start(self) -> int:
+        """Turn 'streaming' rows left by dead processes into 'interrupted'; returns how many.
+
+        A row whose writer process is still alive (another chatapp window) is left alone unless
+        it has not been updated for STALE_STREAMING_S.
+        """
+        now = time.time()
+        with self._write("recover interrupted replies") as conn:
+            rows = conn.execute(
+                "SELECT id, writer_pid, updated FROM messages WHERE status = 'streaming'"
+            ).fetchall()
+            dead = [
+                (r["id"],)
+                for r in rows
+                if not pid_alive(r["writer_pid"]) or now - r["updated"] > STALE_STREAMING_S
+            ]
+            conn.executemany(
+                "UPDATE messages SET status = 'interrupted', writer_pid = NULL "
+                "WHERE id = ? AND status = 'streaming'",
+                dead,
+            )
+        return len(dead)
+
+    def messages(self, conversation_id: int) -> list[Message]:
+        """All messages of a conversation in order; StoreError when it does not exist."""
+        self.get_conversation(conversation_id)
+        with self._read("read messages") as conn:
+            rows = conn.execute(
+                "SELECT * FROM messages WHERE conversation_id = ? ORDER BY seq", (conversation_id,)
+            ).fetchall()
+        return [message_from_row(r) for r in rows]
+
+    def chat_messages(self, conversation_id: int) -> list[ChatMessage]:
+        """The conversation as engine input: system prompt, then user and assistant turns.
+
+        Failed replies and empty ones are left out; interrupted replies keep their partial text.
+        """
+        system = self.get_conversation(conversation_id).system_prompt
+        out = [ChatMessage("system", system)] if system else []
+        for m in self.messages(conversation_id):
+            if m.status is not MessageStatus.ERROR and m.text:
+                out.append(ChatMessage(m.role, m.text))
+        return out

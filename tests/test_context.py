@@ -1,0 +1,94 @@
+"""Context trimming: keep the system prompt and the newest turns, drop the oldest pairs."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from chatapp.context import fit_messages, turns
+from chatapp.engine.protocol import ChatMessage
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHATAPP_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("CHATAPP_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("CHATAPP_CONFIG", str(tmp_path / "config" / "config.toml"))
+    monkeypatch.setenv("CHATAPP_CACHE_DIR", str(tmp_path / "cache"))
+
+
+class Counter:
+    """A fake template + tokenizer: 4 tokens of framing per message plus one per word."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, messages: list[ChatMessage]) -> int:
+        self.calls += 1
+        return 2 + sum(4 + len(m.content.split()) for m in messages)
+
+
+def _chat(n_pairs: int, words: int = 10) -> list[ChatMessage]:
+    out = [ChatMessage("system", "be brief")]
+    for i in range(n_pairs):
+        out.append(ChatMessage("user", f"q{i} " + "w " * words))
+        out.append(ChatMessage("assistant", f"a{i} " + "w " * words))
+    return out
+
+
+def test_everything_fits() -> None:
+    chat, count = _chat(3), Counter()
+    assert fit_messages(chat, count, n_ctx=4096, reply_budget=512) == (chat, 0)
+    assert count.calls == 1
+
+
+def test_oldest_pairs_are_dropped_system_and_newest_kept() -> None:
+    chat = _chat(20) + [ChatMessage("user", "newest question")]
+    count = Counter()
+    total = count(chat)
+    kept, dropped = fit_messages(chat, count, n_ctx=total // 2 + 100, reply_budget=100)
+    assert kept[0] == chat[0]  # the system prompt
+    assert kept[-1] == chat[-1]  # the newest turn
+    assert kept == [chat[0], *chat[len(chat) - len(kept) + 1 :]]  # a contiguous newest tail
+    assert kept[1].role == "user"  # whole pairs: the tail starts at a user turn
+    assert dropped == len(chat) - len(kept) and dropped % 2 == 0
+    assert count(kept) <= total // 2
+    # the cut is as late as possible: one more pair would not fit
+    one_more = [chat[0], *chat[len(chat) - len(kept) - 1 :]]
+    assert count(one_more) > total // 2
+
+
+def test_counts_are_logarithmic() -> None:
+    chat = _chat(500)
+    count = Counter()
+    total = Counter()(chat)
+    fit_messages(chat, count, n_ctx=total // 3, reply_budget=0)
+    assert count.calls <= 1 + math.ceil(math.log2(500))
+
+
+def test_nothing_fits_keeps_system_and_newest_turn() -> None:
+    chat = _chat(5)
+    kept, dropped = fit_messages(chat, Counter(), n_ctx=10, reply_budget=5)
+    assert kept == [chat[0], chat[-2], chat[-1]]  # the newest user + assistant turn
+    assert dropped == 8
+
+
+def test_no_system_prompt_and_a_leading_assistant_greeting() -> None:
+    chat = [
+        ChatMessage("assistant", "hello " * 50),
+        ChatMessage("user", "hi"),
+        ChatMessage("assistant", "yes"),
+        ChatMessage("user", "new"),
+    ]
+    kept, dropped = fit_messages(chat, Counter(), n_ctx=40, reply_budget=10)
+    assert kept == chat[1:] and dropped == 1
+    assert turns(chat) == ([], [[chat[0]], chat[1:3], [chat[3]]])
+
+
+def test_single_turn_is_never_counted_or_cut() -> None:
+    count = Counter()
+    chat = [ChatMessage("system", "s"), ChatMessage("user", "long " * 1000)]
+    assert fit_messages(chat, count, n_ctx=10, reply_budget=5) == (chat, 0)
+    assert count.calls == 0
