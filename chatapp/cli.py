@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -178,6 +179,87 @@ def bench(
     )
 
 
+# ---- history and config sub-commands -------------------------------------------------------
+
+history_app = typer.Typer(help="Saved conversations.", no_args_is_help=True)
+config_app = typer.Typer(help="The config file.", no_args_is_help=True)
+app.add_typer(history_app, name="history")
+app.add_typer(config_app, name="config")
+
+
+class ExportFormat(StrEnum):
+    """Formats of `history export`."""
+
+    md = "md"
+    json = "json"
+
+
+ConversationId = Annotated[int, typer.Argument(help="conversation id (see `history list`)")]
+
+
+@history_app.command("list")
+def history_list_command(
+    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
+    limit: Annotated[int | None, typer.Option(min=1, help="show at most this many")] = None,
+) -> None:
+    """List saved conversations, most recently updated first."""
+    from chatapp.commands.history import history_list
+
+    raise typer.Exit(history_list(as_json, limit))
+
+
+@history_app.command("show")
+def history_show_command(conversation_id: ConversationId) -> None:
+    """Print one conversation, with the stats of each reply."""
+    from chatapp.commands.history import history_show
+
+    raise typer.Exit(history_show(conversation_id))
+
+
+@history_app.command("export")
+def history_export_command(
+    conversation_id: ConversationId,
+    fmt: Annotated[
+        ExportFormat,
+        typer.Option("--format", "-f", help="md: Markdown with stats per reply; json: everything"),
+    ] = ExportFormat.md,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="write to this file (default: stdout)")
+    ] = None,
+) -> None:
+    """Export one conversation as Markdown or JSON."""
+    from chatapp.commands.history import history_export
+
+    raise typer.Exit(history_export(conversation_id, fmt.value, out))
+
+
+@history_app.command("delete")
+def history_delete_command(
+    conversation_id: ConversationId,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask first")] = False,
+) -> None:
+    """Delete one conversation and its messages."""
+    from chatapp.commands.history import history_delete
+
+    raise typer.Exit(history_delete(conversation_id, yes))
+
+
+@config_app.command("path")
+def config_path_command() -> None:
+    """Print where the config file is (CHATAPP_CONFIG overrides it)."""
+    from chatapp.commands.history import config_path
+
+    raise typer.Exit(config_path())
+
+
+@config_app.command("show")
+def config_show_command() -> None:
+    """Print the effective config as TOML; problems go to stderr and exit 1."""
+    from chatapp.commands.history import config_show
+
+    raise typer.Exit(config_show())
+
+
 def _model_path(model: Path | None) -> str:
     from chatapp.commands.ask import resolve_model
 
@@ -201,6 +283,7 @@ _CLI_ERRORS = _cli_errors()
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: user errors are one `error:` line and a non-zero exit."""
     from chatapp.bundled import BundledModelMissing
+    from chatapp.store import StoreError
 
     command = typer.main.get_command(app)
     try:
@@ -216,7 +299,7 @@ def main(argv: list[str] | None = None) -> None:
             message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
             print(f"error: {message}", file=sys.stderr)
             code = getattr(exc, "exit_code", 2) or 2
-    except (EngineError, SettingsError, BundledModelMissing) as exc:
+    except (EngineError, SettingsError, BundledModelMissing, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         code = 1
     except KeyboardInterrupt:

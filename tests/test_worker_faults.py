@@ -78,7 +78,8 @@ def test_engine_packages_do_not_import_textual():
     code = (
         "import sys, importlib\n"
         "for m in ('chatapp.engine', 'chatapp.engine.local', 'chatapp.engine.worker',"
-        " 'chatapp.store', 'chatapp.compare', 'chatapp.engine.remote'):\n"
+        " 'chatapp.store', 'chatapp.compare', 'chatapp.engine.remote', 'chatapp.config',"
+        " 'chatapp.context', 'chatapp.history_model', 'chatapp.store_schema', 'chatapp.bench'):\n"
         "    try:\n        importlib.import_module(m)\n"
         "    except ModuleNotFoundError as e:\n"
         "        if e.name != m: raise\n"
