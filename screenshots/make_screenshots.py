@@ -1,0 +1,83 @@
+"""Render SVG screenshots of the real app on the bundled model into screenshots/.
+
+Run: python screenshots/make_screenshots.py   (takes about half a minute on 2 cores)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from chatapp.bundled import smollm2_path
+from chatapp.engine.local import LocalEngine
+from chatapp.engine.protocol import LoadOptions
+from chatapp.sampling import SamplerSettings
+from chatapp.ui.app import ChatApp
+from chatapp.ui.widgets.tokens import TokenStrip
+
+OUT = Path(__file__).resolve().parent
+SIZE = (132, 42)
+PROMPT = "Explain in three short paragraphs why the sky is blue. Include a tiny Python example."
+
+
+async def wait_until(pilot, predicate, timeout: float = 120.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if predicate():
+            return
+        await pilot.pause(0.05)
+    raise TimeoutError("the app did not get there in time")
+
+
+def most_uncertain_step(tokens) -> int:
+    """The step whose best candidate is least sure: the most interesting one to show."""
+    return min(
+        range(len(tokens)), key=lambda i: tokens[i].candidates[0].p if tokens[i].candidates else 1.0
+    )
+
+
+async def main() -> None:
+    options = LoadOptions(model_path=str(smollm2_path()), n_ctx=4096, n_gpu_layers=0)
+    settings = SamplerSettings(
+        temperature=0.7, top_k=40, top_p=0.9, min_p=0.05, seed=7, max_tokens=220
+    )
+    app = ChatApp(
+        lambda: LocalEngine(options),
+        settings=settings,
+        model_label="SmolLM2-135M-Instruct.Q4_1.gguf",
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#prompt").cursor_blink = False
+        await wait_until(pilot, lambda: app.engine is not None)
+        app.query_one("#prompt").text = PROMPT
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.reply is not None and len(app.reply.tokens) >= 60)
+        app.save_screenshot(str(OUT / "chat-streaming.svg"))
+        await wait_until(pilot, lambda: app.reply is None)
+        app.clear_notifications()
+
+        tokens = app.last_reply.tokens
+        step = most_uncertain_step(tokens)
+        app.query_one("#reply-tokens", TokenStrip).cursor = step
+        await pilot.pause(0.2)
+        app.save_screenshot(str(OUT / "probabilities.svg"))
+
+        app.query_one("#tabs").active = "tab-tokens"
+        box = app.query_one("#tokenizer-input")
+        box.value = "It works on any sentence you type: naïve café 🦙"
+        await pilot.pause(0.5)
+        app.save_screenshot(str(OUT / "tokens-reply.svg"))
+        await pilot.press("f4")
+        await pilot.pause(0.2)
+        app.save_screenshot(str(OUT / "tokens-prompt.svg"))
+
+        app.query_one("#tabs").active = "tab-probs"
+        app.theme = "chatapp-light"
+        app.clear_notifications()
+        await pilot.pause(0.3)
+        app.save_screenshot(str(OUT / "light-theme.svg"))
+    print("\n".join(sorted(p.name for p in OUT.glob("*.svg"))), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
