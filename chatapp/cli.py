@@ -162,11 +162,16 @@ def bench(
         Path | None, typer.Option("--llama-bench", help="path of llama.cpp's llama-bench")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
+    ui: Annotated[bool, typer.Option("--ui", help="stream through the real TUI, headless")] = False,
 ) -> None:
     """Decode and prefill speed of the engine vs llama-cpp-python (and llama-bench)."""
+    options = load_options(model, 2048, ngl, threads)
+    if ui:
+        from chatapp.ui.bench import run_ui_bench
+
+        raise typer.Exit(run_ui_bench(options, tokens, reps, as_json))
     from chatapp.bench import run_bench
 
-    options = load_options(model, 2048, ngl, threads)
     raise typer.Exit(
         run_bench(
             options,

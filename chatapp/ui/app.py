@@ -114,6 +114,7 @@ class ChatApp(App):
         self._wanted_theme = theme_name
         self.theme_problems: list[str] = []
         self.first_paint_s: list[float] = []  # submit -> first token painted, per reply
+        self.ignore_eos = False  # benchmarks: replies of exactly max_tokens
 
     # ---- layout ---------------------------------------------------------------------------
 
@@ -280,6 +281,7 @@ class ChatApp(App):
             settings=self.settings,
             reply_prefix_ids=tuple(t.id for t in reply.tokens),
             top_n=10,
+            ignore_eos=self.ignore_eos,
         )
         self.set_status("generating… (Esc stops)")
         self._stream(request, reply.id)

@@ -1,0 +1,144 @@
+"""`chatapp bench --ui`: stream replies through the real app headless and measure its overhead."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass
+
+from chatapp.engine.protocol import ChatMessage, LoadOptions
+from chatapp.metrics import median
+from chatapp.sampling import SamplerSettings
+
+PROMPT = "Write a long story about a lighthouse keeper and the sea."
+FILLER = "A earlier message with **some Markdown**, a list:\n\n- one\n- two\n\nand `code`."
+
+
+@dataclass
+class UiRun:
+    history: int
+    tokens: int
+    engine_decode_tps: float
+    ui_decode_tps: float
+    engine_ttft_ms: float
+    first_paint_ms: float
+    paint_overhead_ms: float
+    lag_p99_ms: float
+    lag_max_ms: float
+    reply_wall_s: float
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
+
+
+async def _one_reply(app, pilot, history: int, tokens: int) -> UiRun:
+    from chatapp.ui.widgets.chat import MessageView
+
+    await app.action_new_chat()
+    if history:
+        # Earlier messages on screen; the prompt sent stays the same short conversation.
+        views = [MessageView("user" if i % 2 == 0 else "assistant", FILLER) for i in range(history)]
+        await app.chat.mount_all(views)
+        await pilot.pause()
+    app.conversation = [ChatMessage("user", "Hello."), ChatMessage("assistant", "Hi there!")]
+    app.settings = SamplerSettings(temperature=0.0, max_tokens=tokens)
+    paints: list[tuple[float, int]] = []
+    lags: list[float] = []
+    tick = 0.005
+    last = time.perf_counter()
+
+    def on_tick() -> None:
+        nonlocal last
+        now = time.perf_counter()
+        lags.append(max(0.0, now - last - tick))
+        last = now
+
+    timer = app.set_interval(tick, on_tick)
+    original = app.on_tokens_arrived
+
+    async def counting(message) -> None:
+        await original(message)
+        paints.append((time.perf_counter(), len(message.tokens)))
+
+    app.on_tokens_arrived = counting
+    t0 = time.perf_counter()
+    await app.send(PROMPT)
+    while app.reply is not None:
+        await asyncio.sleep(0.005)
+    wall = time.perf_counter() - t0
+    timer.stop()
+    app.on_tokens_arrived = original
+    reply = app.last_reply
+    st = reply.finished.stats
+    n_after_first = sum(n for _, n in paints[1:])
+    span = paints[-1][0] - paints[0][0] if len(paints) > 1 else 0.0
+    ui_tps = n_after_first / span if span > 0 else 0.0
+    engine_ttft = reply.tokens[0].t - reply.submitted
+    first_paint = reply.first_paint_s or 0.0
+    return UiRun(
+        history=history,
+        tokens=len(reply.tokens),
+        engine_decode_tps=st.decode_tps or 0.0,
+        ui_decode_tps=ui_tps,
+        engine_ttft_ms=engine_ttft * 1000,
+        first_paint_ms=first_paint * 1000,
+        paint_overhead_ms=(first_paint - engine_ttft) * 1000,
+        lag_p99_ms=_p99(lags) * 1000,
+        lag_max_ms=max(lags, default=0.0) * 1000,
+        reply_wall_s=wall,
+    )
+
+
+async def _bench(options: LoadOptions, tokens: int, reps: int) -> dict:
+    from chatapp.engine.local import LocalEngine
+    from chatapp.ui.app import ChatApp
+
+    app = ChatApp(lambda: LocalEngine(options))
+    app.ignore_eos = True
+    runs: list[UiRun] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        while app.engine is None:
+            await pilot.pause(0.05)
+        await _one_reply(app, pilot, 0, 16)  # warm-up: caches, first renders
+        for _ in range(reps):
+            runs.append(await _one_reply(app, pilot, 5, tokens))
+            runs.append(await _one_reply(app, pilot, 500, tokens))
+    small = [r for r in runs if r.history == 5]
+    big = [r for r in runs if r.history == 500]
+
+    def med(rs: list[UiRun], key: str) -> float:
+        return median([getattr(r, key) for r in rs])
+
+    return {
+        "tokens": tokens,
+        "reps": reps,
+        "ui_over_engine_decode": med(small, "ui_decode_tps") / med(small, "engine_decode_tps"),
+        "paint_minus_ttft_ms": med(small, "paint_overhead_ms"),
+        "lag_p99_ms": med(small, "lag_p99_ms"),
+        "reply_cost_500_over_5": med(big, "reply_wall_s") / med(small, "reply_wall_s"),
+        "ui_over_engine_decode_500": med(big, "ui_decode_tps") / med(big, "engine_decode_tps"),
+        "lag_p99_ms_500": med(big, "lag_p99_ms"),
+        "runs": [asdict(r) for r in runs],
+    }
+
+
+def run_ui_bench(options: LoadOptions, tokens: int, reps: int, as_json: bool) -> int:
+    report = asyncio.run(_bench(options, tokens, reps))
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"UI benchmark: {tokens} tokens per reply, median of {reps}")
+    print(f"  UI decode / engine decode       {report['ui_over_engine_decode']:.3f}x (goal >= 0.97)")
+    print(f"  first paint - engine TTFT       {report['paint_minus_ttft_ms']:.1f} ms (goal <= 30)")
+    print(f"  event-loop lag p99              {report['lag_p99_ms']:.1f} ms (goal < 50)")
+    print(f"  reply after 500 msgs / after 5  {report['reply_cost_500_over_5']:.3f}x (goal <= 1.2)")
+    print(f"  (after 500: UI/engine decode {report['ui_over_engine_decode_500']:.3f}x, "
+          f"lag p99 {report['lag_p99_ms_500']:.1f} ms)")
+    for r in report["runs"]:
+        print(f"  history {r['history']:>3}: engine {r['engine_decode_tps']:.1f} t/s, "
+              f"ui {r['ui_decode_tps']:.1f} t/s, paint-ttft {r['paint_overhead_ms']:.1f} ms, "
+              f"lag p99 {r['lag_p99_ms']:.1f} ms, wall {r['reply_wall_s']:.2f} s")
+    return 0
