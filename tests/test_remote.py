@@ -47,7 +47,7 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def llama_cpp_server(log_dir: Path):
+def llama_cpp_server(log_dir: Path, *extra: str):
     """A real `python -m llama_cpp.server` on the bundled model; always stopped afterwards."""
     pytest.importorskip("llama_cpp.server.app", reason="needs llama-cpp-python[server]")
     from chatapp.bundled import BundledModelMissing, smollm2_path
@@ -59,7 +59,7 @@ def llama_cpp_server(log_dir: Path):
     port = _free_port()
     cmd = [
         sys.executable, "-m", "llama_cpp.server", "--model", str(model),
-        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
+        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", *extra,
     ]  # fmt: skip
     log_dir.mkdir(parents=True, exist_ok=True)
     log = (log_dir / f"server-{port}.log").open("wb")
@@ -227,6 +227,19 @@ def test_server_killed_mid_reply(tmp_path):
     assert failed.message == f"the server closed the stream after {len(tokens)} tokens"
     assert 4 <= len(tokens) < 400
     assert eng.last_partial_text == "".join(t.text for t in tokens)
+
+
+def test_server_without_logprobs_falls_back(tmp_path):
+    # This server reports "logprobs is not supported" only by ending the stream empty.
+    with llama_cpp_server(tmp_path, "--logits_all", "False") as (url, _proc):
+        with contextlib.closing(RemoteEngine(url)) as eng:
+            eng.start()
+            events = list(eng.generate(ask("Hi", settings=GREEDY.with_(max_tokens=4))))
+    notices = [e.message for e in events if isinstance(e, Notice)]
+    assert "this server gives no token probabilities; candidates stay empty" in notices
+    tokens = [e for e in events if isinstance(e, Token)]
+    assert len(tokens) == 4 and all(not t.candidates and t.logprob is None for t in tokens)
+    assert isinstance(events[-1], Finished) and events[-1].reason == StopReason.MAX_TOKENS
 
 
 def test_context_too_long_on_the_real_server(engine):

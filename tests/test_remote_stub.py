@@ -225,6 +225,21 @@ def test_context_too_long(stub, error, where):
     )
 
 
+def test_empty_stream(stub):
+    def route(h, body):
+        if body["stream"]:
+            h.send_sse([": nothing to say\n\n"])
+        else:
+            h.send_json(
+                200, {"choices": [{"message": {"content": "x"}, "finish_reason": "length"}]}
+            )
+
+    chat_route(stub, route)
+    with started(stub.url) as eng:
+        events = list(eng.generate(ask()))
+    assert events[-1] == Failed("the server closed the stream before sending anything")
+
+
 def test_server_error_5xx(stub):
     chat_route(stub, lambda h, b: h.send_json(500, {"error": {"message": "CUDA out of memory"}}))
     with started(stub.url) as eng:

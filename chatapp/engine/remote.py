@@ -251,7 +251,7 @@ class RemoteEngine:
             yield Failed("the server engine is not started")
             return
         settings, self._pending = (self._pending or request.settings), None
-        if settings is not request.settings:
+        if settings != request.settings:
             yield SettingsApplied(settings, 0)
         yield from self._notice("sampler", SAMPLER_NOTICE)
         if request.reply_prefix_ids:
@@ -358,11 +358,11 @@ class RemoteEngine:
             yield Failed(f"the server closed the stream after {state.count}")
 
     def _why_empty(self, req: httpx.Request) -> str:
-        """A stream that ended before any event: ask again without streaming for the error
-        (the llama-cpp-python server reports a too-long prompt only that way)."""
+        """A stream that ended before any event: ask again without streaming, for one token,
+        to get the error as a status (the llama-cpp-python server reports a too-long prompt
+        or logprobs it cannot give only that way). Raises _HTTPFailure for generate()."""
         body = json.loads(req.content)
-        body.update(stream=False, max_tokens=1, logprobs=False)
-        body.pop("top_logprobs", None)
+        body.update(stream=False, max_tokens=1)
         body.pop("stream_options", None)
         path = req.url.path
         try:
@@ -371,5 +371,5 @@ class RemoteEngine:
         except httpx.HTTPError as exc:
             return self._transport(exc)
         if resp.status_code >= 400:
-            return self._status(resp.status_code, resp.content, path)
+            raise _HTTPFailure(resp.status_code, resp.content[:65536])
         return "the server closed the stream before sending anything"

@@ -32,9 +32,10 @@ def one_line(text: str, limit: int = 160) -> str:
     match = re.search(r"(?<=[a-z0-9)\]'\"`])\. (?=[A-Z])", text)
     if match:
         text = text[: match.start()]
+    text = text.rstrip(". ")
     if len(text) > limit:
         text = text[: limit - 3].rstrip() + "..."
-    return text.rstrip(". ")
+    return text
 
 
 def server_message(body: bytes | str | dict | None) -> str:
