@@ -203,10 +203,15 @@ def test_error_event_after_200(stub, error):
 @pytest.mark.parametrize(
     ("error", "where"),
     [
-        (  # llama-server
+        (  # llama-server, older
             {"code": 400, "message": "the request exceeds the available context size, "
              "try increasing it", "type": "exceed_context_size_error"},
             "the server's context",
+        ),
+        (  # llama-server, newer
+            {"code": 400, "message": "request (5000 tokens) exceeds the available context size "
+             "(4096 tokens), try increasing it", "type": "exceed_context_size_error"},
+            "the server's context of 4096 tokens",
         ),
         (  # vLLM / OpenAI
             {"message": "This model's maximum context length is 4096 tokens. However, you "

@@ -13,7 +13,8 @@ _CONTEXT = re.compile(
     re.IGNORECASE,
 )
 _CONTEXT_SIZE = re.compile(
-    r"(?:maximum context length is|context window of|context size (?:of|is)|n_ctx\W{0,3})\s*(\d+)",
+    r"(?:maximum context length is|context window of|context size\W{0,2}(?:of |is )?|n_ctx\W{0,3})"
+    r"\s*(\d+)",
     re.IGNORECASE,
 )
 _DNS_FAILURES = ("name or service", "nodename", "name resolution", "getaddrinfo", "no address")

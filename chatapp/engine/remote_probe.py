@@ -34,12 +34,15 @@ def detect_kind(probe: Callable[..., dict | None], entries: list[dict]) -> tuple
     """The server kind and llama-server's /props (else {}). Best effort: each probe that
     fails (404, not JSON, ...) only rules a kind out.
 
-    llama-server has /props (and /tokenize), Ollama /api/version, the llama-cpp-python server
-    /extras/tokenize; vLLM says owned_by "vllm" in its model list; anything else is "openai".
+    llama-server has /props (and /tokenize) and says owned_by "llamacpp"; Ollama has
+    /api/version; the llama-cpp-python server /extras/tokenize; vLLM says owned_by "vllm" in
+    its model list; anything else is "openai".
     """
     props = probe("GET", "/props")
     if isinstance(props, dict) and props:
         return "llama-server", props
+    if any(e.get("owned_by") == "llamacpp" for e in entries):
+        return "llama-server", {}
     version = probe("GET", "/api/version")
     if isinstance(version, dict) and "version" in version:
         return "ollama", {}
@@ -63,7 +66,7 @@ def model_info(base_url: str, kind: str, entry: dict, props: dict, load_s: float
     meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
     settings = props.get("default_generation_settings")
     settings = settings if isinstance(settings, dict) else {}
-    n_ctx = settings.get("n_ctx") or props.get("n_ctx") or entry.get("max_model_len")
+    n_ctx = settings.get("n_ctx") or meta.get("n_ctx") or entry.get("max_model_len")
     return ModelInfo(
         path=f"{base_url} :: {entry['id']}",
         n_vocab=_int(meta.get("n_vocab")),
