@@ -277,6 +277,16 @@ def test_refused_port_is_clear_and_fast():
     )
 
 
+def test_unknown_host_is_clear():
+    # .invalid never resolves (RFC 6761); offline, the resolver fails as quickly.
+    with pytest.raises(EngineError) as info:
+        RemoteEngine("http://chatapp-test.invalid:8080").start()
+    assert str(info.value) == (
+        "cannot connect to http://chatapp-test.invalid:8080: the host name "
+        "'chatapp-test.invalid' was not found (DNS)"
+    )
+
+
 def test_missing_key_variable(monkeypatch):
     monkeypatch.delenv("CHATAPP_TEST_NO_SUCH_KEY", raising=False)
     with pytest.raises(EngineError, match=r"\$CHATAPP_TEST_NO_SUCH_KEY is not set"):

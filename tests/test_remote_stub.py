@@ -252,6 +252,19 @@ def test_server_error_5xx(stub):
     assert events[-1] == Failed("the server failed with 500: CUDA out of memory")
 
 
+def test_plain_openai_server_cannot_tokenize(stub):
+    with started(stub.url) as eng:
+        assert eng.kind == "openai" and not eng.can_tokenize
+        with pytest.raises(EngineError, match="^this server cannot tokenize$"):
+            eng.tokenize("hi")
+        chat_route(stub, lambda h, b: h.send_sse([chunk("ok"), DONE_STOP, "data: [DONE]\n\n"]))
+        events = list(eng.generate(ask()))
+    prompt = next(e for e in events if isinstance(e, PromptEvaluated))
+    assert prompt.tokens == () and not eng.prompt_tokens_exact
+    assert Notice("this server cannot tokenize, so the prompt's tokens are not shown") in events
+    assert events[-1].text == "ok" and events[-1].reason == StopReason.EOG
+
+
 def test_unknown_model_name(stub):
     with pytest.raises(EngineError) as info:
         RemoteEngine(stub.url, model_name="nope").start()

@@ -275,7 +275,7 @@ class RemoteEngine:
         chat = request.raw_prompt is None
         logprobs = request.top_n > 0 and self._logprobs_ok
         body = body_for(request, settings, self.model, self.kind, logprobs)
-        state = StreamState(request, settings, rendered, tokens, self.info.n_ctx)
+        state = StreamState(request, settings, rendered, tokens, exact, self.info.n_ctx)
         path = "/v1/chat/completions" if chat else "/v1/completions"
         try:
             yield from self._stream(path, body, state)

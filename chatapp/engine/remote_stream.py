@@ -142,10 +142,11 @@ class StreamState:
         settings: SamplerSettings,
         rendered: str,
         tokens: tuple[TokenPiece, ...],
+        exact: bool,
         n_ctx: int,
     ) -> None:
         self.request, self.settings = request, settings
-        self.rendered, self.tokens, self.n_ctx = rendered, tokens, n_ctx
+        self.rendered, self.tokens, self.exact, self.n_ctx = rendered, tokens, exact, n_ctx
         self.t_request = time.perf_counter()
         self.times: list[float] = []
         self.parts: list[str] = []
@@ -170,7 +171,7 @@ class StreamState:
         return PromptEvaluated(
             tokens=self.tokens,
             rendered=self.rendered,
-            n_new=len(self.tokens),
+            n_new=len(self.tokens) if self.exact else 0,  # tokens sent; the server may reuse some
             n_reused=0,
             prefill_s=max(0.0, t - self.t_request),  # client-side: request -> first token
             t=t,
@@ -220,17 +221,23 @@ class StreamState:
         prompt_n = prompt_n if isinstance(prompt_n, int) else None
         total = usage.get("prompt_tokens")
         if not isinstance(total, int) or total <= 0:
-            total = (prompt_n + int(timings.get("cache_n") or 0)) if prompt_n else len(self.tokens)
+            if prompt_n is not None:
+                total = prompt_n + int(timings.get("cache_n") or 0)
+            else:
+                total = len(self.tokens) if self.exact else 0  # 0: the server did not say
         n_past = total + len(self.times)
         detail = self.detail
         if reason is None:
             reason, detail = finish_reason(self.finish_raw, n_past, self.n_ctx)
         elif reason == StopReason.ERROR and not detail:
             detail = finish_reason(None, 0, 0)[1]
+        # Prefill: the server's own time and count where it sends them (llama-server's
+        # timings). Otherwise the time is request -> first token, and the count of tokens
+        # evaluated is unknown (a server may reuse its cache), so no prefill rate is made up.
         prompt_ms = timings.get("prompt_ms")
         t_first = self.times[0] if self.times else now
-        if isinstance(prompt_ms, int | float) and prompt_n:
-            t_prefill_end = self.t_request + prompt_ms / 1000.0  # the server's own prefill time
+        if isinstance(prompt_ms, int | float) and prompt_n is not None:
+            t_prefill_end = self.t_request + prompt_ms / 1000.0
         else:
             t_prefill_end = t_first
         stats = stats_from_times(
@@ -239,7 +246,7 @@ class StreamState:
             t_prefill_end=t_prefill_end,
             token_times=self.times,
             prompt_tokens=total,
-            prompt_evaluated=prompt_n if prompt_n is not None else total,
+            prompt_evaluated=prompt_n if prompt_n is not None else 0,
             n_past=n_past,
             n_ctx=self.n_ctx,
         )
