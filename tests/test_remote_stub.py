@@ -1,0 +1,371 @@
+"""The remote engine against small stub servers on 127.0.0.1: errors, llama-server's extras."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from chatapp.engine.protocol import (
+    ChatMessage,
+    EngineError,
+    Failed,
+    Finished,
+    GenerateRequest,
+    Notice,
+    PromptEvaluated,
+    StopReason,
+    Token,
+)
+from chatapp.engine.remote import RemoteEngine
+from chatapp.sampling import SamplerSettings
+
+MODELS = {"object": "list", "data": [{"id": "stub-model", "object": "model"}]}
+KEY = "sk-test-7f3a9c1e5b"
+DONE_STOP = 'data: {"choices": [{"delta": {}, "finish_reason": "stop"}]}\n\n'
+
+
+@pytest.fixture(autouse=True)
+def _private_dirs(tmp_path, monkeypatch):
+    for name in ("CHATAPP_CACHE_DIR", "CHATAPP_DATA_DIR", "CHATAPP_CONFIG_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+
+
+Route = Callable[["Handler", dict], None]
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: StubServer
+
+    def log_message(self, *args) -> None:  # keep test output clean
+        pass
+
+    def _dispatch(self, method: str) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        body = json.loads(raw) if raw else {}
+        self.server.seen.append((method, self.path, self.headers.get("Authorization"), body))
+        route = self.server.routes.get((method, self.path))
+        if route is None:
+            self.send_json(404, {"detail": "Not Found"})
+        else:
+            route(self, body)
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def send_json(self, status: int, obj) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def send_sse(self, chunks: list[str]) -> None:
+        """A text/event-stream body delimited by closing the connection."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for chunk in chunks:
+            self.wfile.write(chunk.encode())
+            self.wfile.flush()
+        self.close_connection = True
+
+
+class StubServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.routes: dict[tuple[str, str], Route] = {
+            ("GET", "/v1/models"): lambda h, b: h.send_json(200, MODELS)
+        }
+        self.seen: list[tuple] = []
+        self.release = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+@pytest.fixture
+def stub():
+    srv = StubServer()
+    thread = threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.release.set()
+        srv.shutdown()
+        srv.server_close()
+
+
+def chunk(text: str, logprobs: dict | None = None, **extra) -> str:
+    choice = {"delta": {"content": text}, "logprobs": logprobs, "finish_reason": None}
+    return "data: " + json.dumps({"choices": [choice], **extra}) + "\n\n"
+
+
+def ask(**kw) -> GenerateRequest:
+    settings = SamplerSettings(temperature=0.0, max_tokens=8)
+    return GenerateRequest(messages=(ChatMessage("user", "hi"),), settings=settings, **kw)
+
+
+@contextlib.contextmanager
+def started(url: str, **kw):
+    eng = RemoteEngine(url, **kw)
+    eng.start()
+    try:
+        yield eng
+    finally:
+        eng.close()
+
+
+def chat_route(stub: StubServer, route: Route) -> None:
+    stub.routes[("POST", "/v1/chat/completions")] = route
+
+
+# ---- API key ------------------------------------------------------------------------------
+
+
+def test_refused_key_is_clear_and_never_shown(stub, monkeypatch):
+    monkeypatch.setenv("CHATAPP_TEST_KEY", KEY)
+    # A careless server that echoes the Authorization header back in its error.
+    stub.routes[("GET", "/v1/models")] = lambda h, b: h.send_json(
+        401, {"error": {"message": f"bad key {h.headers.get('Authorization')}"}}
+    )
+    eng = RemoteEngine(stub.url, api_key_env="CHATAPP_TEST_KEY")
+    with pytest.raises(EngineError) as info:
+        eng.start()
+    assert str(info.value) == (
+        "the server refused the API key (401); set the key in $CHATAPP_TEST_KEY"
+    )
+    assert stub.seen[0][2] == f"Bearer {KEY}"
+    assert KEY not in str(info.value) and KEY not in repr(eng) and KEY not in repr(info.value)
+
+
+def test_refused_key_during_a_reply(stub, monkeypatch):
+    monkeypatch.setenv("CHATAPP_TEST_KEY", KEY)
+    chat_route(stub, lambda h, b: h.send_json(403, {"error": {"message": f"no {KEY}"}}))
+    with started(stub.url, api_key_env="CHATAPP_TEST_KEY") as eng:
+        events = list(eng.generate(ask()))
+    assert events[-1] == Failed(
+        "the server refused the API key (403); set the key in $CHATAPP_TEST_KEY"
+    )
+    assert all(KEY not in repr(e) for e in events)
+
+
+def test_key_wanted_but_none_given(stub):
+    stub.routes[("GET", "/v1/models")] = lambda h, b: h.send_json(401, {"detail": "no"})
+    with pytest.raises(EngineError, match=r"wants an API key \(401\).*--api-key-env"):
+        RemoteEngine(stub.url).start()
+
+
+# ---- errors in and around the stream ------------------------------------------------------
+
+
+def test_malformed_sse(stub):
+    chat_route(stub, lambda h, b: h.send_sse([chunk("Hi"), "data: {not json\n\n"]))
+    with started(stub.url) as eng:
+        events = list(eng.generate(ask()))
+        assert eng.last_partial_text == "Hi"
+    assert [e.text for e in events if isinstance(e, Token)] == ["Hi"]
+    assert events[-1] == Failed("the server sent a malformed stream event after 1 token")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        'data: {"error": {"message": "the model crashed. Please try again."}}\n\n',
+        'event: error\ndata: {"message": "the model crashed"}\n\n',
+    ],
+)
+def test_error_event_after_200(stub, error):
+    chat_route(stub, lambda h, b: h.send_sse([chunk("Hel"), chunk("lo"), error]))
+    with started(stub.url) as eng:
+        events = list(eng.generate(ask()))
+        assert eng.last_partial_text == "Hello"
+    assert sum(isinstance(e, Token) for e in events) == 2
+    assert events[-1] == Failed("the server reported an error after 2 tokens: the model crashed")
+
+
+@pytest.mark.parametrize(
+    ("error", "where"),
+    [
+        (  # llama-server, older
+            {"code": 400, "message": "the request exceeds the available context size, "
+             "try increasing it", "type": "exceed_context_size_error"},
+            "the server's context",
+        ),
+        (  # llama-server, newer
+            {"code": 400, "message": "request (5000 tokens) exceeds the available context size "
+             "(4096 tokens), try increasing it", "type": "exceed_context_size_error"},
+            "the server's context of 4096 tokens",
+        ),
+        (  # vLLM / OpenAI
+            {"message": "This model's maximum context length is 4096 tokens. However, you "
+             "requested 5000 tokens.", "type": "BadRequestError"},
+            "the server's context of 4096 tokens",
+        ),
+    ],
+)  # fmt: skip
+def test_context_too_long(stub, error, where):
+    chat_route(stub, lambda h, b: h.send_json(400, {"error": error}))
+    with started(stub.url) as eng:
+        events = list(eng.generate(ask()))
+    assert events[-1] == Failed(
+        f"the conversation is too long for {where}; clear the chat, shorten the prompt "
+        "or lower max tokens"
+    )
+
+
+def test_empty_stream(stub):
+    def route(h, body):
+        if body["stream"]:
+            h.send_sse([": nothing to say\n\n"])
+        else:
+            h.send_json(
+                200, {"choices": [{"message": {"content": "x"}, "finish_reason": "length"}]}
+            )
+
+    chat_route(stub, route)
+    with started(stub.url) as eng:
+        events = list(eng.generate(ask()))
+    assert events[-1] == Failed("the server closed the stream before sending anything")
+
+
+def test_server_error_5xx(stub):
+    chat_route(stub, lambda h, b: h.send_json(500, {"error": {"message": "CUDA out of memory"}}))
+    with started(stub.url) as eng:
+        events = list(eng.generate(ask()))
+    assert events[-1] == Failed("the server failed with 500: CUDA out of memory")
+
+
+def test_plain_openai_server_cannot_tokenize(stub):
+    with started(stub.url) as eng:
+        assert eng.kind == "openai" and not eng.can_tokenize
+        with pytest.raises(EngineError, match="^this server cannot tokenize$"):
+            eng.tokenize("hi")
+        chat_route(stub, lambda h, b: h.send_sse([chunk("ok"), DONE_STOP, "data: [DONE]\n\n"]))
+        events = list(eng.generate(ask()))
+    prompt = next(e for e in events if isinstance(e, PromptEvaluated))
+    assert prompt.tokens == () and not eng.prompt_tokens_exact
+    assert Notice("this server cannot tokenize, so the prompt's tokens are not shown") in events
+    assert events[-1].text == "ok" and events[-1].reason == StopReason.EOG
+
+
+def test_unknown_model_name(stub):
+    with pytest.raises(EngineError) as info:
+        RemoteEngine(stub.url, model_name="nope").start()
+    assert str(info.value) == "the server has no model named 'nope'; it has: stub-model"
+
+
+def test_read_timeout_never_hangs(stub):
+    chat_route(stub, lambda h, b: stub.release.wait(10))
+    with started(stub.url, read_timeout=0.5) as eng:
+        t0 = time.perf_counter()
+        events = list(eng.generate(ask()))
+        elapsed = time.perf_counter() - t0
+    assert events[-1] == Failed(f"the server at {stub.url} did not answer within 0.5 s")
+    assert elapsed < 3
+
+
+def test_start_times_out_on_a_silent_server(stub):
+    stub.routes[("GET", "/v1/models")] = lambda h, b: stub.release.wait(10)
+    t0 = time.perf_counter()
+    with pytest.raises(EngineError, match="did not answer within 0.5 s"):
+        RemoteEngine(stub.url, read_timeout=0.5).start()
+    assert time.perf_counter() - t0 < 3
+
+
+def test_cancel_while_the_server_is_silent(stub):
+    chat_route(stub, lambda h, b: stub.release.wait(10))
+    with started(stub.url, read_timeout=30) as eng:
+        timer = threading.Timer(0.3, eng.cancel)
+        t0 = time.perf_counter()
+        timer.start()
+        events = list(eng.generate(ask()))
+        elapsed = time.perf_counter() - t0
+    assert isinstance(events[-1], Finished) and events[-1].reason == StopReason.CANCELLED
+    assert elapsed < 2
+
+
+def test_logprobs_refused_falls_back(stub):
+    def route(h, body):
+        if body.get("logprobs"):
+            h.send_json(400, {"error": {"message": "logprobs are not supported"}})
+        else:
+            h.send_sse([chunk("ok"), DONE_STOP, "data: [DONE]\n\n"])
+
+    chat_route(stub, route)
+    with started(stub.url) as eng:
+        events = list(eng.generate(ask(top_n=5)))
+    assert any(isinstance(e, Notice) and "no token probabilities" in e.message for e in events)
+    assert isinstance(events[-1], Finished) and events[-1].text == "ok"
+    assert events[-1].reason == StopReason.EOG
+
+
+# ---- a llama-server look-alike: /props, /tokenize with pieces, ids, timings ---------------
+
+
+def test_llama_server_extras(stub):
+    vocab = {"<|user|>": 1, "hi": 2, "<|assistant|>": 3, "He": 10, "llo": 11, "Hel": 12}
+    stub.routes[("GET", "/props")] = lambda h, b: h.send_json(
+        200, {"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1}
+    )
+    stub.routes[("POST", "/apply-template")] = lambda h, b: h.send_json(
+        200, {"prompt": "<|user|>hi<|assistant|>"}
+    )
+    stub.routes[("POST", "/tokenize")] = lambda h, b: h.send_json(
+        200, {"tokens": [{"id": 1, "piece": "<|user|>"}, {"id": 2, "piece": "hi"},
+                         {"id": 3, "piece": [60, 124, 97, 115, 115, 105, 115, 116, 97, 110,
+                                             116, 124, 62]}]}
+    )  # fmt: skip
+
+    def entry(tok: str, lp: float, top: list[tuple[str, float]]) -> dict:
+        return {"id": vocab[tok], "token": tok, "bytes": list(tok.encode()), "logprob": lp,
+                "top_logprobs": [{"id": vocab[t], "token": t, "bytes": list(t.encode()),
+                                  "logprob": p} for t, p in top]}  # fmt: skip
+
+    def chat(h, body):
+        assert body["logprobs"] is True and body["top_logprobs"] == 2
+        assert body["top_k"] == 40 and body["repeat_last_n"] == 64 and "stop" not in body
+        h.send_sse([
+            chunk("He", {"content": [entry("He", -0.1, [("He", -0.1), ("Hel", -2.5)])]}),
+            chunk("llo", {"content": [entry("llo", -0.2, [("llo", -0.2), ("He", -3.0)])]}),
+            'data: {"choices": [{"delta": {}, "finish_reason": "stop"}], '
+            '"timings": {"cache_n": 2, "prompt_n": 1, "prompt_ms": 12.5, "predicted_n": 2}, '
+            '"usage": {"prompt_tokens": 3, "completion_tokens": 2}}\n\n',
+            "data: [DONE]\n\n",
+        ])  # fmt: skip
+
+    chat_route(stub, chat)
+    with started(stub.url) as eng:
+        assert eng.kind == "llama-server" and eng.info.n_ctx == 4096
+        events = list(eng.generate(ask(top_n=2)))
+        assert eng.prompt_tokens_exact
+        assert [p.piece for p in eng.tokenize("x")][2] == b"<|assistant|>"
+    prompt = next(e for e in events if isinstance(e, PromptEvaluated))
+    assert prompt.rendered == "<|user|>hi<|assistant|>"
+    assert [t.id for t in prompt.tokens] == [1, 2, 3]
+    tokens = [e for e in events if isinstance(e, Token)]
+    assert [(t.id, t.text) for t in tokens] == [(10, "He"), (11, "llo")]
+    assert [c.id for c in tokens[0].candidates] == [10, 12]
+    finished = events[-1]
+    assert isinstance(finished, Finished) and finished.reason == StopReason.EOG
+    assert finished.text == "Hello"
+    st = finished.stats
+    assert st.prompt_tokens == 3 and st.prompt_evaluated == 1 and st.n_ctx == 4096
+    assert st.prefill_s == pytest.approx(0.0125)
+    assert not any(isinstance(e, Notice) and "approximate" in e.message for e in events)
