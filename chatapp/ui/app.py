@@ -115,6 +115,7 @@ class ChatApp(App):
         self.theme_problems: list[str] = []
         self.first_paint_s: list[float] = []  # submit -> first token painted, per reply
         self.ignore_eos = False  # benchmarks: replies of exactly max_tokens
+        self.paint_log: list[tuple[float, int]] = []  # (UI time, tokens) per batch shown
 
     # ---- layout ---------------------------------------------------------------------------
 
@@ -270,6 +271,7 @@ class ChatApp(App):
         reply = Reply(self._reply_ids, item, time.perf_counter(), list(prefix or []))
         reply.initial_settings = self.settings
         self.reply = reply
+        self.paint_log = []
         self.probs.step = None
         self.token_panel.reset_reply([_shown(t) for t in reply.tokens])
         self.stats_panel.speeds = ()
@@ -314,6 +316,7 @@ class ChatApp(App):
             return
         first = not reply.tokens or len(reply.tokens) == len(reply.prefix_ids)
         reply.add(message.tokens)
+        self.paint_log.append((time.perf_counter(), len(message.tokens)))
         await reply.item.write("".join(t.text for t in message.tokens))
         if first and reply.first_paint_s is None:
             self.call_after_refresh(self._record_first_paint, reply)
@@ -467,7 +470,7 @@ class ChatApp(App):
             return
         self.conversation.clear()
         self.last_reply = None
-        await self.chat.remove_children()
+        await self.chat.clear()
         self.token_panel.reset_reply()
         self.probs.candidates = ()
         self.set_status("new chat")

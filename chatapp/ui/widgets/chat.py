@@ -67,20 +67,49 @@ class MessageView(Vertical):
 
 
 class ChatView(VerticalScroll):
-    """The conversation; follows the bottom unless the user scrolled up."""
+    """The conversation; follows the bottom unless the user scrolled up.
 
+    Only the newest MAX_MOUNTED messages are widgets: older ones stay in the conversation and
+    the history database, so a long chat costs a new reply nothing extra to lay out.
+    """
+
+    MAX_MOUNTED = 60
     DEFAULT_CSS = """
     ChatView { height: 1fr; padding: 0 1; scrollbar-size-vertical: 1; }
-    ChatView > .empty { color: $text-muted; margin: 1 2; }
+    ChatView > #hidden-count { color: $text-muted; height: auto; margin: 0 0 1 0;
+        text-style: italic; }
     """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.hidden = 0
+
+    def compose(self):
+        yield Static("", id="hidden-count")
 
     def on_mount(self) -> None:
         self.anchor()
+        self.query_one("#hidden-count").display = False
 
     async def add(self, role: str, text: str = "", footer: str = "") -> MessageView:
         item = MessageView(role, text, footer)
-        await self.mount(item)
+        await self.add_items([item])
         return item
+
+    async def add_items(self, items: list[MessageView]) -> None:
+        await self.mount_all(items)
+        excess = len(self.items()) - self.MAX_MOUNTED
+        if excess > 0:
+            await self.remove_children(self.items()[:excess])
+            self.hidden += excess
+            label = self.query_one("#hidden-count", Static)
+            label.update(f"… {self.hidden} earlier messages are kept but not shown")
+            label.display = True
+
+    async def clear(self) -> None:
+        await self.remove_children(self.items())
+        self.hidden = 0
+        self.query_one("#hidden-count").display = False
 
     def items(self) -> list[MessageView]:
         return list(self.query_children(MessageView))
