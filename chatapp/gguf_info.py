@@ -243,7 +243,7 @@ def read_header(path: str | Path) -> Header:
     try:
         with p.open("rb") as fh:
             size = os.fstat(fh.fileno()).st_size
-            head = fh.read(16)
+            head = fh.read(64)
             if head[:4] != GGUF_MAGIC:
                 raise EngineError(f"{name} is not a GGUF model file ({_magic_hint(head)})")
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
