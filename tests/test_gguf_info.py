@@ -42,8 +42,12 @@ def kv_u32(key: str, value: int) -> bytes:
 
 
 def tensor(name: str, dims: tuple[int, ...], ggml_type: int = 0, offset: int = 0) -> bytes:
-    return (s(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
-            + struct.pack("<IQ", ggml_type, offset))  # fmt: skip
+    return (
+        s(name)
+        + struct.pack("<I", len(dims))
+        + struct.pack(f"<{len(dims)}Q", *dims)
+        + struct.pack("<IQ", ggml_type, offset)
+    )
 
 
 def build(
@@ -56,11 +60,18 @@ def build(
     magic: bytes = b"GGUF",
 ) -> bytes:
     """A GGUF file: by default one F32 tensor of 32 elements and an architecture key."""
-    kvs = [kv_str("general.architecture", "llama"), kv_u32("llama.block_count", 1)] \
-        if kvs is None else kvs  # fmt: skip
+    kvs = (
+        [kv_str("general.architecture", "llama"), kv_u32("llama.block_count", 1)]
+        if kvs is None
+        else kvs
+    )
     tensors = [tensor("blk.0.w", (32,))] if tensors is None else tensors
-    head = magic + struct.pack("<IQQ", version, len(tensors) if n_tensors is None else n_tensors,
-                               len(kvs) if n_kv is None else n_kv)  # fmt: skip
+    head = magic + struct.pack(
+        "<IQQ",
+        version,
+        len(tensors) if n_tensors is None else n_tensors,
+        len(kvs) if n_kv is None else n_kv,
+    )
     body = head + b"".join(kvs) + b"".join(tensors)
     body += b"\0" * (-len(body) % 32)
     return body + data
@@ -315,8 +326,13 @@ def test_every_truncation_is_an_engine_error(tmp_path):
 
 
 def test_byte_flips_never_crash(tmp_path):
-    full = build(kvs=[kv_str("general.architecture", "llama"), kv_u32("llama.block_count", 1),
-                      kv_str("general.name", "tiny")])  # fmt: skip
+    full = build(
+        kvs=[
+            kv_str("general.architecture", "llama"),
+            kv_u32("llama.block_count", 1),
+            kv_str("general.name", "tiny"),
+        ]
+    )
     path = tmp_path / "flip.gguf"
     header_end = len(full) - 128
     for i in range(4, header_end):
