@@ -220,9 +220,14 @@ def compare(
     n_ctx = max(1024, len(prompt) // 2 + tokens + 128)
     opts = LoadOptions(model_path=ref_path, n_ctx=n_ctx, n_gpu_layers=0, n_threads=threads)
     settings = SamplerSettings(
-        temperature=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0,
-        max_tokens=tokens, seed=seed,
-    )  # fmt: skip
+        temperature=0.0,
+        top_k=1,
+        top_p=1.0,
+        min_p=0.0,
+        repeat_penalty=1.0,
+        max_tokens=tokens,
+        seed=seed,
+    )
     request = GenerateRequest(
         messages=(ChatMessage("user", prompt),), settings=settings, ignore_eos=True, top_n=0
     )

@@ -125,8 +125,13 @@ def format_entries(entries: list[ModelEntry]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = []
     for source, size, quant, params, path in rows:
-        cells = (source.ljust(widths[0]), size.rjust(widths[1]), quant.ljust(widths[2]),
-                 params.rjust(widths[3]), path)  # fmt: skip
+        cells = (
+            source.ljust(widths[0]),
+            size.rjust(widths[1]),
+            quant.ljust(widths[2]),
+            params.rjust(widths[3]),
+            path,
+        )
         lines.append("  ".join(cells))
     lines += [f"! {e.error}" for e in entries if e.error]
     return "\n".join(lines)

@@ -99,8 +99,13 @@ def fit_cmd(
         if not memory:
             raise EngineError("no memory size is known here; give one with --memory GiB")
         ref, rows = fit.what_if(params_b, memory, ctx)
-        out["what_if"] = {"params_b": params_b, "memory_bytes": memory, "n_ctx": ctx,
-                          "kv_shape_like": ref, "rows": [asdict(r) for r in rows]}  # fmt: skip
+        out["what_if"] = {
+            "params_b": params_b,
+            "memory_bytes": memory,
+            "n_ctx": ctx,
+            "kv_shape_like": ref,
+            "rows": [asdict(r) for r in rows],
+        }
         text.append(fit.format_what_if(params_b, memory, ref, rows, ctx))
     if path is not None or params_b is None:
         header = read_header(_model(path))
