@@ -153,6 +153,7 @@ def compare_cmd(
     tokens: int = 64,
     reference: str | Path | None = None,
     fmt: str = "table",
+    threads: int | None = None,
 ) -> int:
     """Run each file with the same greedy prompt; speed, memory and quality vs a reference."""
     from chatapp import compare
@@ -168,6 +169,7 @@ def compare_cmd(
         prompt=prompt or compare.DEFAULT_PROMPT,
         tokens=tokens,
         reference=reference,
+        n_threads=threads,
         progress=lambda msg: print(msg, file=sys.stderr, flush=True),
     )
     render = {
