@@ -8,7 +8,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -69,7 +69,8 @@ class RunResult:
     top1_agreement: float | None = None  # share of positions with the reference's top token
     mean_kl: float | None = None  # mean KL(reference || this), nats per token
     perplexity: float | None = None  # on REFERENCE_TEXT
-    error: str = ""
+    error: str = ""  # the file could not be run
+    note: str = ""  # something to know about the figures
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,26 @@ def _peak_rss(pid: int | None) -> int | None:
     return None
 
 
+def _generate(engine, request: GenerateRequest) -> tuple[list[int], Finished | None]:
+    reply: list[int] = []
+    finished = None
+    for event in engine.generate(request):
+        if isinstance(event, Token):
+            reply.append(event.id)
+        elif isinstance(event, Finished):
+            finished = event
+        elif isinstance(event, Failed):
+            raise EngineError(event.message)
+    return reply, finished
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
 def _run_one(
     path: str,
     opts: LoadOptions,
@@ -134,45 +155,33 @@ def _run_one(
     ref: _Scored | None,
     ref_reply: list[int],
     make_engine: Callable[[LoadOptions], object],
-) -> tuple[RunResult, _Scored | None, list[int]]:
+) -> tuple[RunResult, _Scored, list[int]]:
+    """Load one file, generate, score the text; ref=None means this file is the reference."""
     card = inspect(path)
-    base = {
-        "path": path,
-        "name": Path(path).name,
-        "quant": card.quant,
-        "size_bytes": card.file_size,
-    }
-    engine = make_engine(LoadOptions(**{**asdict(opts), "model_path": path}))
+    engine = make_engine(replace(opts, model_path=path))
     try:
         info = engine.start()
-        reply: list[int] = []
-        finished = None
-        for event in engine.generate(request):
-            if isinstance(event, Token):
-                reply.append(event.id)
-            elif isinstance(event, Finished):
-                finished = event
-            elif isinstance(event, Failed):
-                raise EngineError(event.message)
-        if ref is None:
-            ids = [t.id for t in engine.tokenize(REFERENCE_TEXT, special=False)]
-        else:
-            ids = ref.ids
-        if info.n_vocab != (ref.logprobs.shape[1] if ref else info.n_vocab):
-            raise EngineError(f"{path} has another vocabulary than the reference")
+        reply, finished = _generate(engine, request)
+        ids = [t.id for t in engine.tokenize(REFERENCE_TEXT, special=False)]
         scored = _Scored(ids, engine.score(ids))
         rss = _peak_rss(engine.pid)
     finally:
         engine.close()
+    note = ""
+    if ref is None:
+        agree, kl, ppl = quality(scored.logprobs, scored.logprobs, ids)
+    elif ids == ref.ids and scored.logprobs.shape == ref.logprobs.shape:
+        agree, kl, ppl = quality(ref.logprobs, scored.logprobs, ids)
+    else:
+        agree = kl = None
+        ppl = quality(scored.logprobs, scored.logprobs, ids)[2]
+        note = "another tokenizer than the reference: agreement and KL not compared"
     stats = finished.stats if finished else None
-    agree, kl, ppl = quality(ref.logprobs if ref else scored.logprobs, scored.logprobs, ids)
-    same = 0
-    for a, b in zip(reply, ref_reply if ref else reply, strict=False):
-        if a != b:
-            break
-        same += 1
     result = RunResult(
-        **base,
+        path=path,
+        name=Path(path).name,
+        quant=card.quant,
+        size_bytes=card.file_size,
         is_reference=ref is None,
         load_s=info.load_s,
         peak_rss_bytes=rss,
@@ -182,12 +191,17 @@ def _run_one(
         prompt_tokens=stats.prompt_tokens if stats else 0,
         completion_tokens=stats.completion_tokens if stats else 0,
         text=finished.text if finished else "",
-        same_prefix_tokens=same,
+        same_prefix_tokens=_common_prefix(reply, ref_reply if ref else reply),
         top1_agreement=agree,
         mean_kl=kl,
         perplexity=ppl,
+        note=note,
     )
     return result, scored, reply
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    return Path(a).absolute() == Path(b).absolute()  # links keep their own names
 
 
 def _local_engine(opts: LoadOptions):
@@ -209,15 +223,18 @@ def compare(
 ) -> CompareResult:
     """Run every file with the same prompt and greedy settings, one engine at a time."""
     t0 = time.perf_counter()
-    paths_ = [str(f) for f in files]
-    if reference is not None and str(reference) not in paths_:
-        paths_.insert(0, str(reference))
+    paths_ = list(dict.fromkeys(str(f) for f in files))
+    if reference is not None:
+        ref_path = next((p for p in paths_ if _same_file(p, reference)), str(reference))
+        if ref_path not in paths_:
+            paths_.insert(0, ref_path)
     if not paths_:
         raise EngineError("compare needs at least one GGUF file")
     sizes = {p: inspect(p).file_size for p in paths_}  # validates every file first
-    ref_path = str(reference) if reference is not None else max(paths_, key=lambda p: sizes[p])
+    if reference is None:
+        ref_path = max(paths_, key=lambda p: sizes[p])
     threads = n_threads or os.cpu_count() or 1
-    n_ctx = max(1024, len(prompt) // 2 + tokens + 128)
+    n_ctx = max(1024, len(prompt.encode()) + tokens + 128)  # a token is at least one byte
     opts = LoadOptions(model_path=ref_path, n_ctx=n_ctx, n_gpu_layers=0, n_threads=threads)
     settings = SamplerSettings(
         temperature=0.0,
@@ -236,7 +253,7 @@ def compare(
     ref_result, ref_scored, ref_reply = _run_one(ref_path, opts, request, None, [], make_engine)
     results = {ref_path: ref_result}
     for p in paths_:
-        if p == ref_path and p in results:
+        if p == ref_path:
             continue
         say(f"running {p}")
         try:
@@ -340,7 +357,7 @@ def format_table(result: CompareResult) -> str:
         f"reference: {result.reference}; {result.text_tokens} text tokens scored; "
         f"{result.tokens} tokens generated greedily; {result.wall_s:.1f} s in all",
     ]
-    out += [f"! {r.name}: {r.error}" for r in result.runs if r.error]
+    out += [f"! {r.name}: {r.error or r.note}" for r in result.runs if r.error or r.note]
     return "\n".join(out)
 
 

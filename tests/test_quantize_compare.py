@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -15,8 +16,9 @@ import pytest
 from chatapp import compare, discovery, paths, quantize
 from chatapp.bundled import smollm2_path
 from chatapp.commands.models import compare_cmd, models_cmd, quantize_cmd
-from chatapp.engine.protocol import EngineError
+from chatapp.engine.protocol import EngineError, Finished, ModelInfo, StopReason, Token, TokenPiece
 from chatapp.gguf_info import inspect
+from chatapp.metrics import GenerationStats
 
 pytestmark = pytest.mark.slow
 
@@ -210,3 +212,64 @@ def test_no_textual_or_llama_cpp_in_the_parent():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class FakeEngine:
+    """Stands in for LocalEngine: fixed replies and log-probs, chosen by the file's name."""
+
+    vocab = 16
+
+    def __init__(self, opts):
+        self.path = opts.model_path
+        self.pid = os.getpid()
+
+    def start(self):
+        if "broken" in self.path:
+            raise EngineError(f"could not load {self.path}")
+        return ModelInfo(self.path, self.vocab, 1024, 2048, 0.01, False, 0, 1, 1, True)
+
+    def generate(self, request):
+        n = request.settings.max_tokens
+        for i in range(n):
+            yield Token(i, 3 if "noisy" in self.path and i > 1 else 1, b"a", "a", float(i))
+        stats = GenerationStats(10, 10, n, 0.1, 0.05, 0.2, 10 + n, 1024)
+        yield Finished(StopReason.MAX_TOKENS, "a" * n, stats)
+
+    def tokenize(self, text, special=True):
+        shift = 1 if "othertok" in self.path else 0
+        return [TokenPiece((i + shift) % self.vocab, b"x") for i in range(40)]
+
+    def score(self, ids):
+        rng = np.random.default_rng(7)
+        logits = rng.normal(size=(len(ids) - 1, self.vocab))
+        if "noisy" in self.path:
+            logits += np.random.default_rng(8).normal(scale=2.0, size=logits.shape)
+        return (logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))).astype(np.float32)
+
+    def close(self):
+        pass
+
+
+def test_compare_with_a_fake_engine(tmp_path):
+    names = ["ref.gguf", "same.gguf", "noisy.gguf", "othertok.gguf", "broken.gguf"]
+    for name in names:
+        (tmp_path / name).symlink_to(smollm2_path())
+    files = [str(tmp_path / n) for n in names[1:]]
+    result = compare.compare(
+        files, tokens=5, reference=tmp_path / "ref.gguf", make_engine=FakeEngine, save=False
+    )
+    runs = {Path(r.path).name: r for r in result.runs}
+    assert list(runs) == names  # the reference first, given outside the list
+    assert runs["ref.gguf"].is_reference and runs["same.gguf"].mean_kl == pytest.approx(0)
+    assert runs["same.gguf"].top1_agreement == 1.0 and runs["same.gguf"].same_prefix_tokens == 5
+    assert runs["noisy.gguf"].top1_agreement < 1.0 and runs["noisy.gguf"].mean_kl > 0.1
+    assert runs["noisy.gguf"].same_prefix_tokens == 2
+    assert (
+        runs["othertok.gguf"].top1_agreement is None and "tokenizer" in runs["othertok.gguf"].note
+    )
+    assert runs["othertok.gguf"].perplexity > 0
+    assert "could not load" in runs["broken.gguf"].error
+    assert result.saved_to == ""
+    table = compare.format_table(result)
+    assert "! broken.gguf: could not load" in table and "! othertok.gguf" in table
+    assert "-" in compare.to_markdown(result).splitlines()[-1]  # missing figures shown as -
