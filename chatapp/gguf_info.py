@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 import struct
@@ -157,20 +156,31 @@ class ModelCard:
 
 
 class _Cursor:
-    """Bounds-checked little-endian reads from the mapped header."""
+    """Bounds-checked little-endian reads of the header, read from the file as it is needed."""
 
-    def __init__(self, path: str, buf, size: int) -> None:
-        self.path, self.buf, self.size, self.pos = path, buf, size, 0
+    CHUNK = 1 << 20
+
+    def __init__(self, path: str, fh, size: int) -> None:
+        self.path, self.fh, self.size, self.pos = path, fh, size, 0
+        self.buf = bytearray()
 
     def bad(self, reason: str) -> EngineError:
         return EngineError(f"{self.path} is not a valid GGUF file: {reason}")
 
     def need(self, n: int, what: str) -> None:
-        if n < 0 or self.pos + n > self.size:
+        end = self.pos + n
+        if n < 0 or end > self.size:
             raise self.bad(
                 f"the header is truncated ({what} at byte {self.pos:,} runs past the end "
                 f"of the {self.size:,}-byte file)"
             )
+        if end > len(self.buf):
+            self.fh.seek(len(self.buf))
+            while len(self.buf) < end:
+                chunk = self.fh.read(max(self.CHUNK, end - len(self.buf)))
+                if not chunk:  # the file shrank while we read it
+                    raise self.bad(f"the file ended early while reading {what}")
+                self.buf += chunk
 
     def unpack(self, fmt: str, what: str):
         n = struct.calcsize(fmt)
@@ -182,7 +192,7 @@ class _Cursor:
     def raw_string(self, what: str) -> bytes:
         n = self.unpack("<Q", what + " length")
         self.need(n, what)
-        data = self.buf[self.pos : self.pos + n]
+        data = bytes(self.buf[self.pos : self.pos + n])
         self.pos += n
         return data
 
@@ -191,11 +201,17 @@ class _Cursor:
 
     def skip_strings(self, count: int, what: str) -> None:
         buf, pos, size, unpack_from = self.buf, self.pos, self.size, struct.unpack_from
+        have = len(buf)
         for _ in range(count):
-            if pos + 8 > size or pos + 8 + unpack_from("<Q", buf, pos)[0] > size:
+            if pos + 8 > have:
                 self.pos = pos
-                self.need(size, what)  # raises: this string runs past the end
-            pos += 8 + unpack_from("<Q", buf, pos)[0]
+                self.need(8, what)
+                have = len(buf)
+            end = pos + 8 + unpack_from("<Q", buf, pos)[0]
+            if end > size:
+                self.pos = pos + 8
+                self.need(end - pos - 8, what)  # raises: this string runs past the end
+            pos = end
         self.pos = pos
 
 
@@ -246,16 +262,15 @@ def read_header(path: str | Path) -> Header:
             head = fh.read(64)
             if head[:4] != GGUF_MAGIC:
                 raise EngineError(f"{name} is not a GGUF model file ({_magic_hint(head)})")
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                return _parse(name, buf, size)
+            return _parse(name, fh, size)
     except PermissionError as exc:
         raise EngineError(f"cannot read {name}: permission denied") from exc
-    except (OSError, ValueError) as exc:  # mmap of an odd file, I/O error
+    except OSError as exc:  # an I/O error while reading
         raise EngineError(f"cannot read {name}: {getattr(exc, 'strerror', None) or exc}") from exc
 
 
-def _parse(path: str, buf, size: int) -> Header:
-    c = _Cursor(path, buf, size)
+def _parse(path: str, fh, size: int) -> Header:
+    c = _Cursor(path, fh, size)
     c.pos = 4
     version = c.unpack("<I", "the version")
     if version not in SUPPORTED_VERSIONS:

@@ -41,6 +41,10 @@ def kv_u32(key: str, value: int) -> bytes:
     return s(key) + struct.pack("<II", 4, value)
 
 
+def kv_str_array(key: str, values: list[str]) -> bytes:
+    return s(key) + struct.pack("<IIQ", 9, 8, len(values)) + b"".join(s(v) for v in values)
+
+
 def tensor(name: str, dims: tuple[int, ...], ggml_type: int = 0, offset: int = 0) -> bytes:
     return (
         s(name)
@@ -316,8 +320,22 @@ def test_tensor_offset_out_of_order(tmp_path):
     assert "data offset 64, expected 0" in refused(path)
 
 
+def test_string_array_is_counted_not_decoded(tmp_path):
+    kvs = [
+        kv_str("general.architecture", "llama"),
+        kv_str_array("tokenizer.ggml.tokens", list("abc")),
+    ]
+    path = write(tmp_path, build(kvs=kvs))
+    assert read_header(path).metadata["tokenizer.ggml.tokens"] == gguf_info.ArrayValue("string", 3)
+    assert inspect(path).vocab_size == 3
+
+
 def test_every_truncation_is_an_engine_error(tmp_path):
-    full = build()
+    kvs = [
+        kv_str("general.architecture", "llama"),
+        kv_str_array("tokenizer.ggml.tokens", list("abc")),
+    ]
+    full = build(kvs=kvs)
     path = tmp_path / "cut.gguf"
     for n in range(len(full)):
         path.write_bytes(full[:n])
