@@ -135,15 +135,18 @@ def quantize(
     )
     proc.start()
     proc.join(timeout)
-    if proc.is_alive():
+    timed_out = proc.is_alive()
+    if timed_out:
         proc.kill()
         proc.join(5)
     seconds = time.perf_counter() - t0
     code = proc.exitcode
     if code != 0 or not part.is_file():
         part.unlink(missing_ok=True)
-        if code is None or code == -signal.SIGKILL:
-            why = f"it took longer than {timeout:g} s" if code is None else "it was killed"
+        if timed_out:
+            why = f"it took longer than {timeout:g} s"
+        elif code is None or code == -signal.SIGKILL:
+            why = "it was killed"
         elif code < 0:
             why = f"llama.cpp crashed ({signal.Signals(-code).name})"
         else:

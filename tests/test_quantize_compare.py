@@ -102,6 +102,12 @@ def test_llama_cpp_failure_stays_in_the_child(tmp_path, capfd):
     assert "llama" not in captured.err  # llama.cpp wrote to the child's log, not our stderr
 
 
+def test_quantize_timeout_kills_the_child(tmp_path):
+    with pytest.raises(EngineError, match="took longer than 0.2 s"):
+        quantize.quantize(smollm2_path(), "Q8_0", tmp_path, timeout=0.2)
+    assert list(tmp_path.iterdir()) == []  # no partial file left
+
+
 def test_quantize_command_into_the_cache(capsys):
     assert quantize_cmd(smollm2_path(), ["q4_0"]) == 0
     captured = capsys.readouterr()
