@@ -1,0 +1,183 @@
+"""`chatapp inspect|fit|models|quantize|compare`: print, return an exit code, raise EngineError."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from chatapp import fit
+from chatapp.engine.protocol import EngineError
+from chatapp.gguf_info import card_from_header, read_header
+
+COMPARE_FORMATS = ("table", "json", "csv", "markdown")
+
+
+def _model(path: str | Path | None) -> str:
+    if path is not None:
+        return str(path)
+    from chatapp.bundled import default_model
+
+    return str(default_model())
+
+
+def _machine() -> tuple[int | None, int | None]:
+    """Free GPU memory (all NVIDIA GPUs together, None without one) and available RAM."""
+    gpus = fit.gpu_memory()
+    return (sum(g.free_bytes for g in gpus) if gpus else None), fit.ram_available()
+
+
+def format_card(card) -> str:
+    """A model card as plain text."""
+    mix = ", ".join(f"{name} x{count}" for name, count in card.tensor_types)
+    rows = [
+        ("file", card.path),
+        ("name", card.name),
+        ("architecture", card.architecture or "-"),
+        ("license", card.license or "-"),
+        ("parameters", f"{card.n_params / 1e6:,.1f}M"),
+        ("quantization", f"{card.quant} ({card.bits_per_weight:.2f} bits per weight)"),
+        ("tensor types", mix),
+        ("file size", f"{card.file_size:,} bytes ({fit.gib(card.file_size)})"),
+        ("layers", str(card.n_layers)),
+        ("heads", f"{card.n_heads} (KV heads {card.n_kv_heads}, head dim {card.head_dim})"),
+        ("embedding", str(card.n_embd)),
+        ("vocabulary", f"{card.vocab_size:,} ({card.tokenizer or 'unknown'} tokenizer)"),
+        ("trained context", f"{card.context_length:,} tokens"),
+        ("chat template", "yes" if card.has_chat_template else "no (a plain template is used)"),
+        ("GGUF", f"version {card.gguf_version}, {card.n_tensors} tensors"),
+    ]
+    text = "\n".join(f"{k:<16}{v}" for k, v in rows)
+    return text + "".join(f"\nwarning         {w}" for w in card.warnings)
+
+
+def inspect_cmd(path: str | Path, ctx: int = 4096, as_json: bool = False) -> int:
+    """The model card of a GGUF file and its memory needs at `ctx`."""
+    header = read_header(path)
+    card = card_from_header(header)
+    gpu, ram = _machine()
+    report = fit.fit_report(fit.shape_from_header(header), ctx, -1, gpu, ram)
+    if as_json:
+        print(json.dumps({"card": card.to_dict(), "fit": report.to_dict()}, indent=2))
+        return 0
+    print(format_card(card))
+    e = report.estimate
+    print(
+        f"{'memory':<16}{fit.gib(e.weights_bytes + e.kv_bytes + e.compute_bytes)} at ctx {ctx} "
+        f"(weights {fit.gib(e.weights_bytes)}, KV {fit.gib(e.kv_bytes)}, "
+        f"compute {fit.gib(e.compute_bytes)})"
+    )
+    print(f"{'fit':<16}{report.verdict}")
+    return 0
+
+
+def fit_cmd(
+    path: str | Path | None = None,
+    ctx: int = 4096,
+    ngl: int = -1,
+    params_b: float | None = None,
+    memory_gb: float | None = None,
+    as_json: bool = False,
+) -> int:
+    """Memory fit of a model here, or a what-if table for an N-billion model vs a memory size.
+
+    With a model, --memory stands for a GPU with that much free memory (GiB).
+    """
+    if ctx < 1:
+        raise EngineError(f"the context size must be at least 1 token, got {ctx}")
+    if memory_gb is not None and memory_gb <= 0:
+        raise EngineError(f"--memory must be a positive number of GiB, got {memory_gb:g}")
+    gpu, ram = _machine()
+    out: dict = {}
+    text = []
+    if params_b is not None:
+        if params_b <= 0:
+            raise EngineError(f"--params must be a positive number of billions, got {params_b:g}")
+        memory = int(memory_gb * fit.GIB) if memory_gb is not None else (gpu or ram or 0)
+        if not memory:
+            raise EngineError("no memory size is known here; give one with --memory GiB")
+        ref, rows = fit.what_if(params_b, memory, ctx)
+        out["what_if"] = {
+            "params_b": params_b,
+            "memory_bytes": memory,
+            "n_ctx": ctx,
+            "kv_shape_like": ref,
+            "rows": [asdict(r) for r in rows],
+        }
+        text.append(fit.format_what_if(params_b, memory, ref, rows, ctx))
+    if path is not None or params_b is None:
+        header = read_header(_model(path))
+        if memory_gb is not None:
+            gpu = int(memory_gb * fit.GIB)
+        report = fit.fit_report(fit.shape_from_header(header), ctx, ngl, gpu, ram)
+        out["fit"] = report.to_dict()
+        text.append(fit.format_fit(report))
+    print(json.dumps(out, indent=2) if as_json else "\n\n".join(text))
+    return 0
+
+
+def models_cmd(dirs: Sequence[str | Path] = (), as_json: bool = False) -> int:
+    """List GGUF files: bundled, cached, and in the given folders."""
+    from chatapp.discovery import discover, format_entries
+
+    entries = discover(dirs)
+    if as_json:
+        print(json.dumps([e.to_dict() for e in entries], indent=2))
+    else:
+        print(format_entries(entries))
+    return 0
+
+
+def quantize_cmd(src: str | Path, types: Sequence[str], out_dir: str | Path | None = None) -> int:
+    """Write one quantized copy of `src` per type (into the cache by default)."""
+    from chatapp.quantize import normalize_type, quantize
+
+    if not types:
+        raise EngineError("give at least one --type, e.g. --type Q8_0")
+    wanted = [normalize_type(t) for t in types]  # every name checked before any work
+    warned = False
+    for qtype in wanted:
+        result = quantize(src, qtype, out_dir)
+        if result.warning and not warned:
+            print(f"warning: {result.warning}", file=sys.stderr)
+            warned = True
+        print(f"{qtype:<7} {result.output}  {fit.gib(result.size_bytes)}  {result.seconds:.1f} s")
+    return 0
+
+
+def compare_cmd(
+    files: Sequence[str | Path],
+    prompt: str | None = None,
+    tokens: int = 64,
+    reference: str | Path | None = None,
+    fmt: str = "table",
+    threads: int | None = None,
+) -> int:
+    """Run each file with the same greedy prompt; speed, memory and quality vs a reference."""
+    from chatapp import compare
+
+    if fmt not in COMPARE_FORMATS:
+        raise EngineError(f"unknown format '{fmt}'; choose one of {', '.join(COMPARE_FORMATS)}")
+    if len(files) + (reference is not None) < 2:
+        raise EngineError("compare needs at least two GGUF files")
+    if tokens < 2:
+        raise EngineError(f"--tokens must be at least 2, got {tokens}")
+    result = compare.compare(
+        files,
+        prompt=prompt or compare.DEFAULT_PROMPT,
+        tokens=tokens,
+        reference=reference,
+        n_threads=threads,
+        progress=lambda msg: print(msg, file=sys.stderr, flush=True),
+    )
+    render = {
+        "table": compare.format_table,
+        "json": compare.to_json,
+        "csv": compare.to_csv,
+        "markdown": compare.to_markdown,
+    }[fmt]
+    print(render(result))
+    print(f"saved to {result.saved_to}", file=sys.stderr)
+    return 1 if any(r.error for r in result.runs) else 0

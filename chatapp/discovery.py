@@ -1,0 +1,137 @@
+"""Find GGUF files in folders, the cache and the bundled models; invalid ones keep their error."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from chatapp import bundled, paths
+from chatapp.engine.protocol import EngineError
+from chatapp.gguf_info import inspect
+
+MAX_DEPTH = 4  # folder levels searched below each given folder
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One GGUF file found on disk."""
+
+    path: str
+    source: str  # "bundled", "cache" or "folder"
+    size_bytes: int
+    name: str = ""
+    architecture: str = ""
+    quant: str = ""
+    n_params: int = 0
+    has_chat_template: bool = False
+    error: str = ""  # why the file cannot be loaded; empty when it is valid
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def entry(path: str | Path, source: str) -> ModelEntry:
+    """Describe one file from its header (never raises for a bad file)."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError:
+        size = 0
+    try:
+        card = inspect(p)
+    except EngineError as exc:
+        return ModelEntry(str(p), source, size, name=p.stem, error=str(exc))
+    return ModelEntry(
+        str(p),
+        source,
+        size,
+        name=card.name,
+        architecture=card.architecture,
+        quant=card.quant,
+        n_params=card.n_params,
+        has_chat_template=card.has_chat_template,
+    )
+
+
+def gguf_files(folder: str | Path, max_depth: int = MAX_DEPTH) -> list[Path]:
+    """*.gguf files under a folder (hidden folders skipped), sorted."""
+    root = Path(folder)
+    found = []
+    base_depth = len(root.parts)
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        if len(here.parts) - base_depth >= max_depth:
+            dirnames[:] = []
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        found += [here / f for f in filenames if f.lower().endswith(".gguf")]
+    return sorted(found)
+
+
+def bundled_files() -> list[Path]:
+    """The bundled models that are installed (gemma only once assembled in the cache)."""
+    files = []
+    try:
+        files.append(bundled.smollm2_path())
+    except bundled.BundledModelMissing:
+        pass
+    gemma = bundled.gemma_path(assemble=False)
+    if gemma is not None:
+        files.append(gemma)
+    return files
+
+
+def discover(
+    dirs: Iterable[str | Path] = (), include_cache: bool = True, include_bundled: bool = True
+) -> list[ModelEntry]:
+    """Every GGUF file found, each once: bundled first, then the cache, then the folders."""
+    folders = [Path(d).expanduser() for d in dirs]
+    for folder in folders:
+        if not folder.is_dir():
+            what = "is not a folder" if folder.exists() else "does not exist"
+            raise EngineError(f"cannot list models in {folder}: it {what}")
+    sources: list[tuple[Path, str]] = []
+    if include_bundled:
+        sources += [(p, "bundled") for p in bundled_files()]
+    if include_cache:
+        sources += [(p, "cache") for p in gguf_files(paths.models_cache_dir())]
+    for folder in folders:
+        sources += [(p, "folder") for p in gguf_files(folder)]
+    seen: set[Path] = set()
+    entries = []
+    for path, source in sources:
+        key = path.resolve()
+        if key in seen:
+            continue
+        seen.add(key)
+        entries.append(entry(path, source))
+    return entries
+
+
+def format_entries(entries: list[ModelEntry]) -> str:
+    """A plain text table of found models."""
+    if not entries:
+        return "no GGUF files found"
+    rows = [("source", "size", "quant", "params", "file")]
+    for e in entries:
+        size = f"{e.size_bytes / 1024**2:,.0f} MiB"
+        params = f"{e.n_params / 1e6:,.0f}M" if e.n_params else "-"
+        rows.append((e.source, size, e.quant or "invalid", params, e.path))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = []
+    for source, size, quant, params, path in rows:
+        cells = (
+            source.ljust(widths[0]),
+            size.rjust(widths[1]),
+            quant.ljust(widths[2]),
+            params.rjust(widths[3]),
+            path,
+        )
+        lines.append("  ".join(cells))
+    lines += [f"! {e.error}" for e in entries if e.error]
+    return "\n".join(lines)

@@ -1,0 +1,404 @@
+"""Read and validate GGUF headers without llama.cpp (struct parsing, header only): model cards."""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+import struct
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from chatapp.engine.protocol import EngineError
+from chatapp.gguf_tables import FILE_TYPES, GGML_TYPES, KNOWN_ARCHITECTURES
+
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+MAX_DIMS = 4
+MAX_TENSOR_NAME = 63  # GGML_MAX_NAME - 1
+SMALL_ARRAY = 1024  # numeric arrays up to this length are decoded (per-layer head counts, ...)
+
+# GGUF metadata value types: id -> (name, struct format or None for string/array).
+_VALUE_TYPES: dict[int, tuple[str, str | None]] = {
+    0: ("u8", "<B"), 1: ("i8", "<b"), 2: ("u16", "<H"), 3: ("i16", "<h"), 4: ("u32", "<I"),
+    5: ("i32", "<i"), 6: ("f32", "<f"), 7: ("bool", "<?"), 8: ("string", None),
+    9: ("array", None), 10: ("u64", "<Q"), 11: ("i64", "<q"), 12: ("f64", "<d"),
+}  # fmt: skip
+_STRING, _ARRAY = 8, 9
+_MIN_KV_BYTES = 8 + 1 + 4 + 1  # key length, a 1-byte key, value type, a 1-byte value
+_MIN_TENSOR_BYTES = 8 + 1 + 4 + 8 + 4 + 8  # name length, name, n_dims, one dim, type, offset
+
+
+@dataclass(frozen=True)
+class ArrayValue:
+    """A metadata array that was not decoded (strings, or long numeric arrays)."""
+
+    item_type: str
+    count: int
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor's entry in the header."""
+
+    name: str
+    shape: tuple[int, ...]
+    type_id: int
+    offset: int  # absolute file offset of its data
+    nbytes: int
+
+    @property
+    def type_name(self) -> str:
+        return GGML_TYPES[self.type_id][0]
+
+    @property
+    def n_elements(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class Header:
+    """A parsed, validated GGUF header."""
+
+    path: str
+    version: int
+    file_size: int
+    metadata: dict[str, object]
+    tensors: tuple[TensorInfo, ...]
+    data_offset: int
+    alignment: int
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """What a GGUF file is, from its header alone."""
+
+    path: str
+    name: str
+    architecture: str
+    license: str
+    file_size: int
+    gguf_version: int
+    n_params: int
+    quant: str  # general.file_type name (e.g. Q4_K_M), or "guessed <type>"
+    tensor_types: tuple[tuple[str, int], ...]  # (ggml type, tensor count), most common first
+    weights_bytes: int  # tensor data
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    n_embd: int
+    head_dim: int  # key head size
+    head_dim_v: int  # value head size
+    vocab_size: int
+    tokenizer: str  # tokenizer.ggml.model: llama (SentencePiece), gpt2 (BPE), ...
+    context_length: int  # trained context
+    has_chat_template: bool
+    n_tensors: int
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def bits_per_weight(self) -> float:
+        return self.weights_bytes * 8 / self.n_params if self.n_params else 0.0
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["tensor_types"] = dict(self.tensor_types)
+        data["bits_per_weight"] = round(self.bits_per_weight, 3)
+        data["warnings"] = list(self.warnings)
+        return data
+
+
+class _Cursor:
+    """Bounds-checked little-endian reads of the header, read from the file as it is needed."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, path: str, fh, size: int) -> None:
+        self.path, self.fh, self.size, self.pos = path, fh, size, 0
+        self.buf = bytearray()
+
+    def bad(self, reason: str) -> EngineError:
+        return EngineError(f"{self.path} is not a valid GGUF file: {reason}")
+
+    def need(self, n: int, what: str) -> None:
+        end = self.pos + n
+        if n < 0 or end > self.size:
+            raise self.bad(
+                f"the header is truncated ({what} at byte {self.pos:,} runs past the end "
+                f"of the {self.size:,}-byte file)"
+            )
+        if end > len(self.buf):
+            self.fh.seek(len(self.buf))
+            while len(self.buf) < end:
+                chunk = self.fh.read(max(self.CHUNK, end - len(self.buf)))
+                if not chunk:  # the file shrank while we read it
+                    raise self.bad(f"the file ended early while reading {what}")
+                self.buf += chunk
+
+    def unpack(self, fmt: str, what: str):
+        n = struct.calcsize(fmt)
+        self.need(n, what)
+        (value,) = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += n
+        return value
+
+    def raw_string(self, what: str) -> bytes:
+        n = self.unpack("<Q", what + " length")
+        self.need(n, what)
+        data = bytes(self.buf[self.pos : self.pos + n])
+        self.pos += n
+        return data
+
+    def string(self, what: str) -> str:
+        return self.raw_string(what).decode("utf-8", errors="replace")
+
+    def skip_strings(self, count: int, what: str) -> None:
+        buf, pos, size, unpack_from = self.buf, self.pos, self.size, struct.unpack_from
+        have = len(buf)
+        for _ in range(count):
+            if pos + 8 > have:
+                self.pos = pos
+                self.need(8, what)
+                have = len(buf)
+            end = pos + 8 + unpack_from("<Q", buf, pos)[0]
+            if end > size:
+                self.pos = pos + 8
+                self.need(end - pos - 8, what)  # raises: this string runs past the end
+            pos = end
+        self.pos = pos
+
+
+def _open_error(path: str, p: Path) -> EngineError | None:
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return EngineError(f"model file not found: {path}")
+    except PermissionError:
+        return EngineError(f"cannot read {path}: permission denied")
+    except OSError as exc:
+        return EngineError(f"cannot read {path}: {exc.strerror or exc}")
+    if stat.S_ISDIR(st.st_mode):
+        return EngineError(f"{path} is a directory, not a GGUF model file")
+    if not stat.S_ISREG(st.st_mode):
+        return EngineError(f"{path} is not a regular file, so it cannot be a GGUF model file")
+    if st.st_size == 0:
+        return EngineError(f"{path} is not a GGUF model file (it is empty)")
+    return None
+
+
+def _magic_hint(head: bytes) -> str:
+    """What a file that is not GGUF looks like (a failed download is common)."""
+    lower = head.lstrip().lower()
+    if lower.startswith((b"<!doctype", b"<html")):
+        return "it is an HTML page, probably a failed download"
+    if head.startswith(b"version https://git-lfs"):
+        return "it is a Git LFS pointer, not the model itself (run `git lfs pull`)"
+    if head.startswith(b"PK\x03\x04"):
+        return "it is a ZIP archive, e.g. a PyTorch checkpoint; convert it to GGUF first"
+    if head[:4] in (b"lmgg", b"fmgg", b"tjgg", b"ggml", b"ggmf", b"ggjt"):
+        return "it is an old GGML file from before GGUF; convert it again"
+    if len(head) >= 9 and head[8:9] == b"{":
+        return "it looks like a safetensors file; convert it to GGUF first"
+    return "it does not start with the GGUF magic"
+
+
+def read_header(path: str | Path) -> Header:
+    """Parse and check a GGUF header; raises EngineError (one sentence) on any problem."""
+    p = Path(path)
+    name = str(path)
+    err = _open_error(name, p)
+    if err is not None:
+        raise err
+    try:
+        with p.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            head = fh.read(64)
+            if head[:4] != GGUF_MAGIC:
+                raise EngineError(f"{name} is not a GGUF model file ({_magic_hint(head)})")
+            return _parse(name, fh, size)
+    except PermissionError as exc:
+        raise EngineError(f"cannot read {name}: permission denied") from exc
+    except OSError as exc:  # an I/O error while reading
+        raise EngineError(f"cannot read {name}: {getattr(exc, 'strerror', None) or exc}") from exc
+
+
+def _parse(path: str, fh, size: int) -> Header:
+    c = _Cursor(path, fh, size)
+    c.pos = 4
+    version = c.unpack("<I", "the version")
+    if version not in SUPPORTED_VERSIONS:
+        swapped = struct.unpack("<I", struct.pack(">I", version))[0]
+        if swapped in SUPPORTED_VERSIONS:
+            raise c.bad("it is a big-endian GGUF file, which this machine cannot load")
+        if version == 1:
+            raise c.bad("GGUF version 1 is too old; llama.cpp reads versions 2 and 3")
+        raise c.bad(f"GGUF version {version} is not supported; llama.cpp reads versions 2 and 3")
+    n_tensors = c.unpack("<Q", "the tensor count")
+    n_kv = c.unpack("<Q", "the metadata count")
+    room = size - c.pos
+    if n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_BYTES > room:
+        raise c.bad(
+            f"the header claims {n_kv:,} metadata entries and {n_tensors:,} tensors, "
+            f"more than a {size:,}-byte file can hold"
+        )
+    metadata: dict[str, object] = {}
+    for i in range(n_kv):
+        key = c.string(f"metadata key #{i}")
+        if not key:
+            raise c.bad(f"metadata entry #{i} has an empty key")
+        if key in metadata:
+            raise c.bad(f"duplicate metadata key '{key}'")
+        metadata[key] = _read_value(c, key)
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise c.bad(f"general.alignment is {alignment!r}, not a power of two")
+    infos = []
+    seen: set[str] = set()
+    for i in range(n_tensors):
+        infos.append(_read_tensor(c, i, seen))
+    data_offset = -(-c.pos // alignment) * alignment if n_tensors else c.pos
+    tensors = []
+    expected = 0
+    for tname, shape, type_id, rel, nbytes in infos:
+        if rel != expected:
+            raise c.bad(f"tensor '{tname}' has data offset {rel:,}, expected {expected:,}")
+        end = data_offset + rel + nbytes
+        if end > size:
+            raise EngineError(
+                f"{path} is truncated (an incomplete download?): tensor '{tname}' needs data "
+                f"up to byte {end:,} but the file has only {size:,} bytes"
+            )
+        tensors.append(TensorInfo(tname, shape, type_id, data_offset + rel, nbytes))
+        expected = rel + -(-nbytes // alignment) * alignment
+    return Header(path, version, size, metadata, tuple(tensors), data_offset, alignment)
+
+
+def _read_value(c: _Cursor, key: str) -> object:
+    vtype = c.unpack("<I", f"the type of '{key}'")
+    if vtype not in _VALUE_TYPES:
+        raise c.bad(f"metadata key '{key}' has an unknown value type {vtype}")
+    if vtype == _STRING:
+        return c.string(f"the value of '{key}'")
+    if vtype != _ARRAY:
+        return c.unpack(_VALUE_TYPES[vtype][1], f"the value of '{key}'")
+    itype = c.unpack("<I", f"the array type of '{key}'")
+    count = c.unpack("<Q", f"the array length of '{key}'")
+    if itype not in _VALUE_TYPES or itype == _ARRAY:
+        what = "an array of arrays" if itype == _ARRAY else f"an unknown type {itype}"
+        raise c.bad(f"metadata key '{key}' is {what}, which llama.cpp cannot read")
+    item_name, fmt = _VALUE_TYPES[itype]
+    if itype == _STRING:
+        c.need(count * 8, f"the strings of '{key}'")
+        c.skip_strings(count, f"the strings of '{key}'")
+        return ArrayValue(item_name, count)
+    width = struct.calcsize(fmt)
+    c.need(count * width, f"the array '{key}'")
+    start = c.pos
+    c.pos += count * width
+    if count <= SMALL_ARRAY:
+        return struct.unpack_from(f"<{count}{fmt[1]}", c.buf, start)
+    return ArrayValue(item_name, count)
+
+
+def _read_tensor(c: _Cursor, i: int, seen: set[str]) -> tuple:
+    name = c.string(f"the name of tensor #{i}")
+    if not name:
+        raise c.bad(f"tensor #{i} has an empty name")
+    if len(name.encode()) > MAX_TENSOR_NAME:
+        raise c.bad(f"tensor name '{name[:40]}...' is longer than {MAX_TENSOR_NAME} bytes")
+    if name in seen:
+        raise c.bad(f"duplicate tensor name '{name}'")
+    seen.add(name)
+    n_dims = c.unpack("<I", f"the dimensions of '{name}'")
+    if n_dims == 0 or n_dims > MAX_DIMS:
+        raise c.bad(f"tensor '{name}' has {n_dims} dimensions (1 to {MAX_DIMS} allowed)")
+    c.need(8 * n_dims, f"the shape of '{name}'")
+    shape = struct.unpack_from(f"<{n_dims}q", c.buf, c.pos)
+    c.pos += 8 * n_dims
+    if any(d <= 0 for d in shape):
+        kind = "a zero-sized" if 0 in shape else "a negative"
+        raise c.bad(f"tensor '{name}' has {kind} dimension {list(shape)}")
+    type_id = c.unpack("<I", f"the type of '{name}'")
+    if type_id not in GGML_TYPES:
+        raise c.bad(f"tensor '{name}' has an unknown ggml type {type_id}")
+    tname, block, block_bytes = GGML_TYPES[type_id]
+    if shape[0] % block:
+        raise c.bad(f"tensor '{name}' rows of {shape[0]} are not a multiple of {tname} blocks")
+    n = math.prod(shape)
+    if n >= 2**63:
+        raise c.bad(f"tensor '{name}' has an impossible shape {list(shape)}")
+    offset = c.unpack("<Q", f"the offset of '{name}'")
+    return name, tuple(shape), type_id, offset, n // block * block_bytes
+
+
+def validate(path: str | Path) -> None:
+    """Refuse a file llama.cpp cannot load (or would abort on), from its header alone."""
+    read_header(path)
+
+
+def _first_int(value: object, default: int = 0) -> int:
+    """A metadata number, or the largest entry of a per-layer array."""
+    if isinstance(value, tuple) and value:
+        return int(max(value))
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return int(value)
+    return default
+
+
+def card_from_header(h: Header) -> ModelCard:
+    """The model card of a parsed header."""
+    md = h.metadata
+    arch = str(md.get("general.architecture", ""))
+
+    def a(key: str, default: int = 0) -> int:
+        return _first_int(md.get(f"{arch}.{key}"), default)
+
+    n_heads = a("attention.head_count")
+    n_embd = a("embedding_length")
+    head_dim = a("attention.key_length") or (n_embd // n_heads if n_heads else 0)
+    tokens = md.get("tokenizer.ggml.tokens")
+    vocab = tokens.count if isinstance(tokens, ArrayValue) else len(tokens or ())
+    vocab = vocab or a("vocab_size")
+    counts = Counter(t.type_name for t in h.tensors)
+    ftype = md.get("general.file_type")
+    if isinstance(ftype, int) and ftype in FILE_TYPES:
+        quant = FILE_TYPES[ftype]
+    else:
+        matrices = Counter(t.type_name for t in h.tensors if len(t.shape) >= 2)
+        quant = f"guessed {matrices.most_common(1)[0][0]}" if matrices else "unknown"
+    warnings = []
+    if not arch:
+        warnings.append("the file names no architecture (general.architecture)")
+    elif arch not in KNOWN_ARCHITECTURES:
+        warnings.append(f"architecture '{arch}' is unknown to this llama.cpp; it may not load")
+    return ModelCard(
+        path=h.path,
+        name=str(md.get("general.name", "")) or Path(h.path).stem,
+        architecture=arch,
+        license=str(md.get("general.license", "")),
+        file_size=h.file_size,
+        gguf_version=h.version,
+        n_params=sum(t.n_elements for t in h.tensors),
+        quant=quant,
+        tensor_types=tuple(counts.most_common()),
+        weights_bytes=sum(t.nbytes for t in h.tensors),
+        n_layers=a("block_count"),
+        n_heads=n_heads,
+        n_kv_heads=a("attention.head_count_kv") or n_heads,
+        n_embd=n_embd,
+        head_dim=head_dim,
+        head_dim_v=a("attention.value_length") or head_dim,
+        vocab_size=vocab,
+        tokenizer=str(md.get("tokenizer.ggml.model", "")),
+        context_length=a("context_length"),
+        has_chat_template=bool(md.get("tokenizer.chat_template")),
+        n_tensors=len(h.tensors),
+        warnings=tuple(warnings),
+    )
+
+
+def inspect(path: str | Path) -> ModelCard:
+    """Read a GGUF file's header into a ModelCard (raises EngineError on an invalid file)."""
+    return card_from_header(read_header(path))

@@ -1,0 +1,378 @@
+"""GGUF header reading and validation: the bundled model, and malformed files built here."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from chatapp import gguf_info
+from chatapp.bundled import smollm2_path
+from chatapp.engine.protocol import EngineError
+from chatapp.gguf_info import inspect, read_header, validate
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("CACHE", "DATA", "CONFIG"):
+            mp.setenv(f"CHATAPP_{name}_DIR", str(root / name.lower()))
+        yield
+
+
+# ---- a tiny GGUF writer ----------------------------------------------------------------------
+
+
+def s(text: str | bytes) -> bytes:
+    data = text.encode() if isinstance(text, str) else text
+    return struct.pack("<Q", len(data)) + data
+
+
+def kv_str(key: str, value: str) -> bytes:
+    return s(key) + struct.pack("<I", 8) + s(value)
+
+
+def kv_u32(key: str, value: int) -> bytes:
+    return s(key) + struct.pack("<II", 4, value)
+
+
+def kv_str_array(key: str, values: list[str]) -> bytes:
+    return s(key) + struct.pack("<IIQ", 9, 8, len(values)) + b"".join(s(v) for v in values)
+
+
+def tensor(name: str, dims: tuple[int, ...], ggml_type: int = 0, offset: int = 0) -> bytes:
+    return (
+        s(name)
+        + struct.pack("<I", len(dims))
+        + struct.pack(f"<{len(dims)}Q", *dims)
+        + struct.pack("<IQ", ggml_type, offset)
+    )
+
+
+def build(
+    kvs: list[bytes] | None = None,
+    tensors: list[bytes] | None = None,
+    data: bytes = b"\0" * 128,
+    version: int = 3,
+    n_kv: int | None = None,
+    n_tensors: int | None = None,
+    magic: bytes = b"GGUF",
+) -> bytes:
+    """A GGUF file: by default one F32 tensor of 32 elements and an architecture key."""
+    kvs = (
+        [kv_str("general.architecture", "llama"), kv_u32("llama.block_count", 1)]
+        if kvs is None
+        else kvs
+    )
+    tensors = [tensor("blk.0.w", (32,))] if tensors is None else tensors
+    head = magic + struct.pack(
+        "<IQQ",
+        version,
+        len(tensors) if n_tensors is None else n_tensors,
+        len(kvs) if n_kv is None else n_kv,
+    )
+    body = head + b"".join(kvs) + b"".join(tensors)
+    body += b"\0" * (-len(body) % 32)
+    return body + data
+
+
+def write(tmp_path: Path, data: bytes, name: str = "m.gguf") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def refused(path: Path) -> str:
+    with pytest.raises(EngineError) as info:
+        validate(path)
+    message = str(info.value)
+    assert str(path) in message, message  # every refusal names the file
+    assert "\n" not in message
+    return message
+
+
+# ---- the bundled model -----------------------------------------------------------------------
+
+
+def test_bundled_model_card():
+    card = inspect(smollm2_path())
+    assert card.architecture == "llama"
+    assert card.n_layers == 30
+    assert card.vocab_size == 49152
+    assert card.has_chat_template
+    assert card.quant == "Q4_1"
+    assert (card.n_heads, card.n_kv_heads, card.n_embd, card.head_dim) == (9, 3, 576, 64)
+    assert card.tokenizer == "gpt2"
+    assert card.context_length == 8192
+    assert card.license == "apache-2.0"
+    assert card.file_size == smollm2_path().stat().st_size
+    assert 134e6 < card.n_params < 136e6
+    assert dict(card.tensor_types) == {"Q4_1": 210, "F32": 61, "Q8_0": 1}
+    assert card.warnings == ()
+    assert card.to_dict()["tensor_types"]["Q4_1"] == 210
+
+
+def test_bundled_header_matches_the_gguf_package():
+    import gguf
+
+    mine = read_header(smollm2_path())
+    theirs = gguf.GGUFReader(str(smollm2_path()))
+    assert [t.name for t in mine.tensors] == [t.name for t in theirs.tensors]
+    assert [t.offset for t in mine.tensors] == [int(t.data_offset) for t in theirs.tensors]
+    assert [t.nbytes for t in mine.tensors] == [int(t.n_bytes) for t in theirs.tensors]
+    assert [t.type_id for t in mine.tensors] == [int(t.tensor_type) for t in theirs.tensors]
+    assert len(mine.metadata) == len(theirs.fields) - 3  # the reader adds 3 GGUF.* fields
+
+
+def test_validate_is_fast():
+    validate(smollm2_path())  # warm the page cache
+    t0 = time.perf_counter()
+    validate(smollm2_path())
+    assert time.perf_counter() - t0 < 0.5  # header only: ~30 ms here
+
+
+def test_path_with_spaces_and_unicode(tmp_path):
+    folder = tmp_path / "mes modèles ✓"
+    folder.mkdir()
+    link = folder / "Smol LM 2 — 135M ünï.gguf"
+    link.symlink_to(smollm2_path())
+    validate(link)
+    assert inspect(link).n_layers == 30
+    assert inspect(str(link)).path == str(link)
+
+
+def test_truncated_download_of_the_real_model(tmp_path):
+    path = tmp_path / "partial.gguf"
+    with smollm2_path().open("rb") as src, path.open("wb") as dst:
+        dst.write(src.read(40_000_000))
+    message = refused(path)
+    assert "truncated" in message and "incomplete download" in message
+
+
+# ---- files built here ------------------------------------------------------------------------
+
+
+def test_minimal_file_is_valid(tmp_path):
+    path = write(tmp_path, build())
+    validate(path)
+    card = inspect(path)
+    assert card.architecture == "llama" and card.n_tensors == 1 and card.n_params == 32
+    assert card.quant == "guessed F32" or card.quant == "unknown"
+
+
+def test_unknown_architecture_is_a_warning_not_an_error(tmp_path):
+    path = write(tmp_path, build(kvs=[kv_str("general.architecture", "frobnicator")]))
+    validate(path)
+    assert "frobnicator" in inspect(path).warnings[0]
+
+
+def test_missing_file(tmp_path):
+    assert "not found" in refused(tmp_path / "nope.gguf")
+
+
+def test_directory(tmp_path):
+    folder = tmp_path / "a.gguf"
+    folder.mkdir()
+    assert "is a directory" in refused(folder)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_unreadable_by_mode(tmp_path):
+    path = write(tmp_path, build())
+    path.chmod(0)
+    try:
+        assert "permission denied" in refused(path)
+    finally:
+        path.chmod(0o644)
+
+
+def test_unreadable(tmp_path, monkeypatch):
+    path = write(tmp_path, build())
+
+    def deny(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "open", deny)  # what a mode-000 file does to a non-root user
+    assert "permission denied" in refused(path)
+
+
+def test_not_a_regular_file(tmp_path):
+    fifo = tmp_path / "pipe.gguf"
+    os.mkfifo(fifo)
+    assert "not a regular file" in refused(fifo)  # and it does not block on open
+
+
+def test_empty_file(tmp_path):
+    assert "it is empty" in refused(write(tmp_path, b""))
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"\x00" * 64, "does not start with the GGUF magic"),
+        (b"GGU", "does not start with the GGUF magic"),
+        (b"<!DOCTYPE html><html><body>404</body></html>", "HTML page"),
+        (b"version https://git-lfs.github.com/spec/v1\noid sha256:ab\n", "Git LFS pointer"),
+        (b"PK\x03\x04" + b"\0" * 60, "ZIP archive"),
+        (b"ggjt" + b"\0" * 60, "old GGML file"),
+    ],
+)
+def test_wrong_magic(tmp_path, data, expected):
+    assert expected in refused(write(tmp_path, data))
+
+
+@pytest.mark.parametrize("version", [1, 99, 0])
+def test_unsupported_version(tmp_path, version):
+    message = refused(write(tmp_path, build(version=version)))
+    assert f"GGUF version {version} is" in message
+
+
+def test_big_endian(tmp_path):
+    data = bytearray(build())
+    data[4:8] = struct.pack(">I", 3)
+    assert "big-endian" in refused(write(tmp_path, bytes(data)))
+
+
+def test_truncated_header(tmp_path):
+    full = build(kvs=[kv_str("general.name", "x" * 200), kv_str("general.architecture", "llama")])
+    message = refused(write(tmp_path, full[:120]))  # inside the first value
+    assert "header is truncated (the value of 'general.name' at byte 56" in message
+    assert "header is truncated" in refused(write(tmp_path, full[:12], "b.gguf"))
+
+
+@pytest.mark.parametrize(("n_kv", "n_tensors"), [(10**12, None), (None, 2**40), (2**63, 2**63)])
+def test_absurd_counts(tmp_path, n_kv, n_tensors):
+    message = refused(write(tmp_path, build(n_kv=n_kv, n_tensors=n_tensors)))
+    assert "more than a" in message and "file can hold" in message
+
+
+def test_duplicate_key(tmp_path):
+    kvs = [kv_str("general.architecture", "llama"), kv_str("general.architecture", "gpt2")]
+    assert "duplicate metadata key 'general.architecture'" in refused(
+        write(tmp_path, build(kvs=kvs))
+    )
+
+
+def test_empty_key(tmp_path):
+    kvs = [kv_str("general.architecture", "llama"), kv_str("", "x")]
+    assert "metadata entry #1 has an empty key" in refused(write(tmp_path, build(kvs=kvs)))
+
+
+def test_unknown_value_type(tmp_path):
+    kvs = [s("general.thing") + struct.pack("<II", 77, 0)]
+    assert "unknown value type 77" in refused(write(tmp_path, build(kvs=kvs)))
+
+
+def test_huge_string_length(tmp_path):
+    kvs = [s("general.name") + struct.pack("<IQ", 8, 2**62) + b"x"]
+    assert "header is truncated" in refused(write(tmp_path, build(kvs=kvs)))
+
+
+def test_huge_string_array(tmp_path):
+    kvs = [s("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 2**40)]
+    assert "header is truncated" in refused(write(tmp_path, build(kvs=kvs)))
+
+
+def test_bad_alignment(tmp_path):
+    kvs = [kv_str("general.architecture", "llama"), kv_u32("general.alignment", 24)]
+    assert "not a power of two" in refused(write(tmp_path, build(kvs=kvs)))
+
+
+def test_zero_dimension(tmp_path):
+    path = write(tmp_path, build(tensors=[tensor("blk.0.w", (32, 0))]))
+    assert "tensor 'blk.0.w' has a zero-sized dimension" in refused(path)
+
+
+def test_too_many_dimensions(tmp_path):
+    path = write(tmp_path, build(tensors=[tensor("w", (32, 1, 1, 1, 1))]))
+    assert "5 dimensions" in refused(path)
+
+
+def test_duplicate_tensor_name(tmp_path):
+    tensors = [tensor("w", (32,)), tensor("w", (32,), offset=128)]
+    path = write(tmp_path, build(tensors=tensors, data=b"\0" * 256))
+    assert "duplicate tensor name 'w'" in refused(path)
+
+
+def test_unknown_tensor_type(tmp_path):
+    assert "unknown ggml type 5" in refused(write(tmp_path, build(tensors=[tensor("w", (32,), 5)])))
+
+
+def test_row_not_a_multiple_of_the_block(tmp_path):
+    path = write(tmp_path, build(tensors=[tensor("w", (33,), 8)]))  # Q8_0 blocks of 32
+    assert "not a multiple of Q8_0 blocks" in refused(path)
+
+
+def test_tensor_data_past_the_end(tmp_path):
+    path = write(tmp_path, build(data=b"\0" * 100))  # 128 bytes needed
+    message = refused(path)
+    assert "is truncated (an incomplete download?)" in message
+    assert "tensor 'blk.0.w'" in message
+
+
+def test_tensor_offset_out_of_order(tmp_path):
+    path = write(tmp_path, build(tensors=[tensor("w", (32,), offset=64)], data=b"\0" * 256))
+    assert "data offset 64, expected 0" in refused(path)
+
+
+def test_string_array_is_counted_not_decoded(tmp_path):
+    kvs = [
+        kv_str("general.architecture", "llama"),
+        kv_str_array("tokenizer.ggml.tokens", list("abc")),
+    ]
+    path = write(tmp_path, build(kvs=kvs))
+    assert read_header(path).metadata["tokenizer.ggml.tokens"] == gguf_info.ArrayValue("string", 3)
+    assert inspect(path).vocab_size == 3
+
+
+def test_every_truncation_is_an_engine_error(tmp_path):
+    kvs = [
+        kv_str("general.architecture", "llama"),
+        kv_str_array("tokenizer.ggml.tokens", list("abc")),
+    ]
+    full = build(kvs=kvs)
+    path = tmp_path / "cut.gguf"
+    for n in range(len(full)):
+        path.write_bytes(full[:n])
+        with pytest.raises(EngineError):
+            validate(path)
+
+
+def test_byte_flips_never_crash(tmp_path):
+    full = build(
+        kvs=[
+            kv_str("general.architecture", "llama"),
+            kv_u32("llama.block_count", 1),
+            kv_str("general.name", "tiny"),
+        ]
+    )
+    path = tmp_path / "flip.gguf"
+    header_end = len(full) - 128
+    for i in range(4, header_end):
+        for value in (0x00, 0xFF, 0x7F):
+            data = bytearray(full)
+            data[i] = value
+            path.write_bytes(bytes(data))
+            try:
+                validate(path)
+            except EngineError:
+                pass
+
+
+def test_engine_check_uses_validate(tmp_path):
+    from chatapp.engine.local import check_model_file
+
+    path = write(tmp_path, build(tensors=[tensor("blk.0.w", (32, 0))]))
+    with pytest.raises(EngineError, match="zero-sized dimension"):
+        check_model_file(str(path))
+
+
+def test_copy_of_the_bundled_model_is_valid(tmp_path):
+    path = tmp_path / "copy of model.gguf"
+    shutil.copyfile(smollm2_path(), path)
+    assert gguf_info.inspect(path).quant == "Q4_1"
