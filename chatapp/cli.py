@@ -184,6 +184,95 @@ def bench(
     )
 
 
+# ---- models: inspect, fit, discovery, quantize, compare ------------------------------------
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout")]
+
+
+@app.command("inspect")
+def inspect_model(
+    model: Annotated[Path, typer.Argument(help="GGUF file")],
+    ctx: CtxOpt = 4096,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a GGUF file's model card (read from its header) and its memory needs."""
+    from chatapp.commands.models import inspect_cmd
+
+    raise typer.Exit(inspect_cmd(model, ctx, as_json))
+
+
+@app.command()
+def fit(
+    model: Annotated[Path | None, typer.Argument(help="GGUF file (default: bundled)")] = None,
+    ctx: CtxOpt = 4096,
+    ngl: NglOpt = -1,
+    params: Annotated[
+        float | None,
+        typer.Option("--params", help="what-if: a model of this many billion parameters"),
+    ] = None,
+    memory: Annotated[
+        float | None,
+        typer.Option("--memory", help="GiB to fit (default: free GPU memory, else free RAM)"),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Will a model fit here (weights + KV cache + compute buffer)? Or a what-if table."""
+    from chatapp.commands.models import fit_cmd
+
+    raise typer.Exit(fit_cmd(model, ctx, ngl, params, memory, as_json))
+
+
+@app.command()
+def models(
+    dirs: Annotated[
+        list[Path] | None, typer.Option("--dir", help="folder to search (repeatable)")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List GGUF files: the bundled ones, the cache, and the given folders."""
+    from chatapp.commands.models import models_cmd
+
+    raise typer.Exit(models_cmd(dirs or [], as_json))
+
+
+@app.command()
+def quantize(
+    src: Annotated[Path, typer.Argument(help="GGUF file to quantize")],
+    types: Annotated[
+        list[str], typer.Option("--type", "-t", help="target, e.g. Q8_0 or Q4_K_M (repeatable)")
+    ],
+    out: Annotated[Path | None, typer.Option("--out", help="folder (default: the cache)")] = None,
+) -> None:
+    """Write quantized copies of a GGUF file with llama.cpp (in a child process)."""
+    from chatapp.commands.models import quantize_cmd
+
+    raise typer.Exit(quantize_cmd(src, types, out))
+
+
+@app.command()
+def compare(
+    files: Annotated[
+        list[Path], typer.Argument(help="GGUF files, e.g. quantizations of one model")
+    ],
+    prompt: Annotated[str | None, typer.Option(help="prompt of the speed run")] = None,
+    tokens: Annotated[int, typer.Option(min=2, help="tokens generated greedily per file")] = 64,
+    reference: Annotated[
+        Path | None, typer.Option(help="reference for quality (default: the largest file)")
+    ] = None,
+    threads: ThreadsOpt = None,
+    as_json: JsonOpt = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="CSV on stdout")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="a Markdown table")] = False,
+) -> None:
+    """Size, load time, peak memory, TTFT, speed, and quality (top-1, KL, perplexity)."""
+    from chatapp.commands.models import compare_cmd
+
+    if as_json + as_csv + markdown > 1:
+        raise EngineError("choose one of --json, --csv and --markdown")
+    fmt = "json" if as_json else "csv" if as_csv else "markdown" if markdown else "table"
+    raise typer.Exit(compare_cmd(files, prompt, tokens, reference, fmt, threads))
+
+
 # ---- history and config sub-commands -------------------------------------------------------
 
 history_app = typer.Typer(help="Saved conversations.", no_args_is_help=True)

@@ -63,6 +63,7 @@ class LocalEngine:
         self.options = options
         self.info: ModelInfo | None = None
         self.log_path = paths.log_dir() / "worker.log"
+        self._log_start = 0
         self._proc: mp.process.BaseProcess | None = None
         self._conn = None
         self._side = None
@@ -79,6 +80,7 @@ class LocalEngine:
         parent, child = ctx.Pipe()
         side_parent, side_child = ctx.Pipe()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        _rotate(self.log_path)
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         from chatapp.engine import worker
 
@@ -100,7 +102,7 @@ class LocalEngine:
         info: ModelInfo = msg[1]
         from chatapp.engine.worker import offloaded_from_log
 
-        logged = offloaded_from_log(self.log_tail(400))
+        logged = offloaded_from_log(self._log_since_start())
         if logged is not None and logged != info.n_gpu_layers:
             info = _replace(info, n_gpu_layers=logged)
         self.info = info
@@ -189,11 +191,19 @@ class LocalEngine:
         tail = self.log_tail()
         return EngineCrashed(message + "; start it again to continue", tail, code)
 
+    def _log_since_start(self) -> str:
+        try:
+            with self.log_path.open("rb") as fh:
+                fh.seek(self._log_start)
+                return fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
     def log_tail(self, lines: int = 12) -> str:
         """The last lines the worker (llama.cpp) wrote to its log in this session."""
         try:
             with self.log_path.open("rb") as fh:
-                fh.seek(getattr(self, "_log_start", 0))
+                fh.seek(self._log_start)
                 data = fh.read()[-65536:]
         except OSError:
             return ""
@@ -247,6 +257,18 @@ class LocalEngine:
                 return self._side.recv()
             except (EOFError, OSError) as exc:
                 raise self._crashed("the model worker died") from exc
+
+
+LOG_LIMIT = 4 * 1024 * 1024
+
+
+def _rotate(log: Path) -> None:
+    """Keep the worker log small: past LOG_LIMIT it moves to worker.log.1."""
+    try:
+        if log.stat().st_size > LOG_LIMIT:
+            log.replace(log.with_name(log.name + ".1"))
+    except OSError:
+        pass
 
 
 @contextlib.contextmanager

@@ -128,10 +128,14 @@ def run_ui_bench(options: LoadOptions, tokens: int, reps: int, as_json: bool) ->
     print(f"  first paint - engine TTFT       {report['paint_minus_ttft_ms']:.1f} ms (goal <= 30)")
     print(f"  event-loop lag p99              {report['lag_p99_ms']:.1f} ms (goal < 50)")
     print(f"  reply after 500 msgs / after 5  {report['reply_cost_500_over_5']:.3f}x (goal <= 1.2)")
-    print(f"  (after 500: UI/engine decode {report['ui_over_engine_decode_500']:.3f}x, "
-          f"lag p99 {report['lag_p99_ms_500']:.1f} ms)")
+    print(
+        f"  (after 500: UI/engine decode {report['ui_over_engine_decode_500']:.3f}x, "
+        f"lag p99 {report['lag_p99_ms_500']:.1f} ms)"
+    )
     for r in report["runs"]:
-        print(f"  history {r['history']:>3}: engine {r['engine_decode_tps']:.1f} t/s, "
-              f"ui {r['ui_decode_tps']:.1f} t/s, paint-ttft {r['paint_overhead_ms']:.1f} ms, "
-              f"lag p99 {r['lag_p99_ms']:.1f} ms, wall {r['reply_wall_s']:.2f} s")
+        print(
+            f"  history {r['history']:>3}: engine {r['engine_decode_tps']:.1f} t/s, "
+            f"ui {r['ui_decode_tps']:.1f} t/s, paint-ttft {r['paint_overhead_ms']:.1f} ms, "
+            f"lag p99 {r['lag_p99_ms']:.1f} ms, wall {r['reply_wall_s']:.2f} s"
+        )
     return 0
