@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
-import re
 import subprocess
 import sys
 import time
@@ -79,6 +78,7 @@ def _lcp_init(options: LoadOptions, log_path: str) -> None:
         n_threads_batch=options.threads,
         n_batch=options.n_batch,
         n_ubatch=options.n_batch,
+        flash_attn=options.flash_attn,
         verbose=False,
     )
 
@@ -107,31 +107,21 @@ def _lcp_run(prompt: tuple[int, ...], n: int) -> Run:
 
 
 def llama_bench_run(exe: Path, options: LoadOptions, n_prompt: int, n_gen: int) -> Run:
-    cmd = [
-        str(exe),
-        "-m",
-        options.model_path,
-        "-p",
-        str(n_prompt),
-        "-n",
-        str(n_gen),
-        "-t",
-        str(options.threads),
-        "-ngl",
-        str(max(options.n_gpu_layers, 0) if options.n_gpu_layers >= 0 else 99),
-        "-b",
-        str(options.n_batch),
-        "-ub",
-        str(options.n_batch),
-        "-r",
-        "1",
-        "-o",
-        "json",
-    ]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600).stdout
-    rows = json.loads(out[out.index("[") :])
-    pp = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0 and r["n_gen"] == 0)
-    tg = next(r["avg_ts"] for r in rows if r["n_gen"] > 0 and r["n_prompt"] == 0)
+    """pp at depth 0, and tg after n_prompt tokens (-d), as the engine's runs are."""
+    ngl = str(options.n_gpu_layers if options.n_gpu_layers >= 0 else 99)
+    common = [
+        str(exe), "-m", options.model_path, "-t", str(options.threads), "-ngl", ngl,
+        "-b", str(options.n_batch), "-ub", str(options.n_batch),
+        "-fa", "1" if options.flash_attn else "0", "-r", "1", "-o", "json",
+    ]  # fmt: skip
+
+    def avg_ts(*args: str) -> float:
+        cmd = [*common, *args]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600).stdout
+        return float(json.loads(out[out.index("[") :])[0]["avg_ts"])
+
+    pp = avg_ts("-p", str(n_prompt), "-n", "0")
+    tg = avg_ts("-p", "0", "-n", str(n_gen), "-d", str(n_prompt))
     return Run(pp, tg, n_gen)
 
 
@@ -231,6 +221,3 @@ def format_report(report: dict) -> str:
         pre = "n/a" if r["prefill"] is None else f"{r['prefill']:.3f}x"
         lines.append(f"{name:<28} decode {dec}  prefill {pre}")
     return "\n".join(lines)
-
-
-_ = re  # kept for future parsing of llama-bench text output

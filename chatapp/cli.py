@@ -44,7 +44,7 @@ def load_options(
     ngl: int,
     threads: int | None,
     batch: int = 512,
-    flash_attn: bool = False,
+    flash_attn: bool = True,
 ) -> LoadOptions:
     from chatapp.commands.ask import resolve_model
 
@@ -72,7 +72,7 @@ def chat(
     ngl: NglOpt = -1,
     threads: ThreadsOpt = None,
     batch: BatchOpt = 512,
-    flash_attn: FlashOpt = False,
+    flash_attn: FlashOpt = True,
     server: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
 ) -> None:
     """Open the chat TUI."""
@@ -163,9 +163,10 @@ def bench(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
     ui: Annotated[bool, typer.Option("--ui", help="stream through the real TUI, headless")] = False,
+    flash_attn: FlashOpt = True,
 ) -> None:
     """Decode and prefill speed of the engine vs llama-cpp-python (and llama-bench)."""
-    options = load_options(model, 2048, ngl, threads)
+    options = load_options(model, 2048, ngl, threads, flash_attn=flash_attn)
     if ui:
         from chatapp.ui.bench import run_ui_bench
 

@@ -51,7 +51,7 @@ class LoadOptions:
     n_gpu_layers: int = -1  # -1 = all layers
     n_threads: int | None = None  # None = all cores
     n_batch: int = 512
-    flash_attn: bool = False
+    flash_attn: bool = True  # llama.cpp's own default (auto) turns it on for CPU and CUDA
 
     @property
     def threads(self) -> int:

@@ -10,14 +10,14 @@ import signal
 import sys
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
 
 from chatapp.engine import template
-from chatapp.engine.candidates import token_logprob, top_candidates
+from chatapp.engine.candidates import ranked_size, token_logprob, top_candidates, top_indices
 from chatapp.engine.protocol import (
     Failed,
     Finished,
@@ -333,6 +333,70 @@ class Worker:
         return np.stack(rows[:-1]) if len(rows) > 1 else np.zeros((0, self.n_vocab), np.float32)
 
 
+class RecentTokens:
+    """The penalty window (last n tokens) with O(1) membership, as the penalties sampler sees it."""
+
+    def __init__(self, history: list[int], n: int) -> None:
+        self.n = n
+        self.window: deque[int] = deque(history[-n:] if n else [])
+        self.counts = Counter(self.window)
+
+    def push(self, tok: int) -> None:
+        if not self.n:
+            return
+        self.window.append(tok)
+        self.counts[tok] += 1
+        if len(self.window) > self.n:
+            old = self.window.popleft()
+            self.counts[old] -= 1
+            if not self.counts[old]:
+                del self.counts[old]
+
+    def __contains__(self, tok: object) -> bool:
+        return tok in self.counts
+
+    def __len__(self) -> int:
+        return len(self.window)
+
+
+class SubsetSampler:
+    """Runs the native chain on the best few tokens instead of the whole vocabulary.
+
+    Exact whenever top-k (1..m) or greedy bounds the kept set: penalties only lower logits, so
+    no token outside the m best can reach the top k. Saves building and sorting an
+    n_vocab-sized candidate array on every token.
+    """
+
+    DTYPE = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+
+    def __init__(self, lib, capacity: int) -> None:
+        self.lib = lib
+        self.buf = np.zeros(capacity, dtype=self.DTYPE)
+        self.arr = lib.llama_token_data_array()
+        self.arr.data = self.buf.ctypes.data_as(ctypes.POINTER(lib.llama_token_data))
+        self.ref = ctypes.byref(self.arr)
+
+    def sample(self, chain, logits: np.ndarray, idx: np.ndarray) -> int:
+        n = idx.shape[0]
+        if n > self.buf.shape[0]:
+            self.__init__(self.lib, n)
+        buf = self.buf
+        buf["id"][:n] = idx
+        buf["logit"][:n] = logits[idx]
+        self.arr.size = n
+        self.arr.selected = -1
+        self.arr.sorted = False
+        self.lib.llama_sampler_apply(chain, self.ref)
+        tok = int(buf["id"][self.arr.selected])
+        self.lib.llama_sampler_accept(chain, tok)
+        return tok
+
+
+def subset_exact(s: SamplerSettings, m: int) -> bool:
+    """Whether sampling among the m best tokens equals sampling over the whole vocabulary."""
+    return s.greedy or 0 < s.top_k <= m
+
+
 class Generation:
     """One reply: prefill, then sample token by token, checking the pipe between tokens."""
 
@@ -424,13 +488,14 @@ class Generation:
         text_len = len(text_parts[0])
         stops = req.stop or (template.FALLBACK_STOPS if warning and req.raw_prompt is None else ())
         max_stop = max((len(x) for x in stops), default=0)
-        recent: deque[int] = deque(full[-s.repeat_last_n :] if s.repeat_last_n else [], maxlen=None)
+        recent = RecentTokens(full, s.repeat_last_n)
         times: list[float] = []
         index = len(prefix)
         reason = StopReason.MAX_TOKENS
         detail = ""
         text = ""
         lib, ctx = w.lib, w.ctx
+        subset = SubsetSampler(lib, 256)
         try:
             while True:
                 if index - len(prefix) >= s.max_tokens:
@@ -444,7 +509,7 @@ class Generation:
                     s, self.new_settings = self.new_settings, None
                     lib.llama_sampler_free(chain)
                     chain = w.build_chain(s, w.kv_tokens, req.ignore_eos)
-                    recent = deque(w.kv_tokens[-s.repeat_last_n :] if s.repeat_last_n else [])
+                    recent = RecentTokens(w.kv_tokens, s.repeat_last_n)
                     self.send(SettingsApplied(s, index), flush=True)
                     if index - len(prefix) >= s.max_tokens:
                         reason = StopReason.MAX_TOKENS
@@ -452,9 +517,13 @@ class Generation:
                 logits = w.logits()
                 cands: tuple = ()
                 logprob = None
+                idx = top_indices(logits, ranked_size(s, req.top_n, w.n_vocab))
                 if req.top_n > 0:
-                    cands, ranked = top_candidates(logits, s, set(recent), req.top_n, w.piece)
-                tok = lib.llama_sampler_sample(chain, ctx, -1)
+                    cands, ranked = top_candidates(logits, s, recent, req.top_n, w.piece, idx=idx)
+                if subset_exact(s, idx.shape[0]):
+                    tok = subset.sample(chain, logits, idx)
+                else:
+                    tok = lib.llama_sampler_sample(chain, ctx, -1)
                 t_tok = time.perf_counter()
                 if not req.ignore_eos and lib.llama_vocab_is_eog(w.vocab, tok):
                     reason = StopReason.EOG
@@ -468,10 +537,7 @@ class Generation:
                 text_len += len(delta)
                 self.send(Token(index, tok, piece, delta, t_tok, logprob, cands), flush=index == 0)
                 index += 1
-                if s.repeat_last_n:
-                    recent.append(tok)
-                    if len(recent) > s.repeat_last_n:
-                        recent.popleft()
+                recent.push(tok)
                 if stops:
                     text = "".join(text_parts)
                     text_parts = [text]
