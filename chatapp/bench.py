@@ -186,13 +186,23 @@ def summarize(
         }
         for name, runs in results.items()
     }
-    eng = med["engine"]
+    engine_runs = results["engine"]
+
+    def paired(other: list[Run], field: str) -> float | None:
+        # Median of per-repetition ratios: each pair ran back to back, so drift cancels.
+        ratios = [
+            getattr(e, field) / getattr(o, field)
+            for e, o in zip(engine_runs, other, strict=True)
+            if getattr(o, field)
+        ]
+        return median(ratios) if ratios else None
+
     ratios = {
         f"engine/{name}": {
-            "decode": eng["decode_tps"] / m["decode_tps"] if m["decode_tps"] else None,
-            "prefill": eng["prefill_tps"] / m["prefill_tps"] if m["prefill_tps"] else None,
+            "decode": paired(runs, "decode_tps"),
+            "prefill": paired(runs, "prefill_tps"),
         }
-        for name, m in med.items()
+        for name, runs in results.items()
         if name != "engine"
     }
     return {

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from chatapp.engine import template
-from chatapp.engine.candidates import ranked_size, token_logprob, top_candidates, top_indices
+from chatapp.engine.candidates import rank, ranked_size, token_logprob, top_candidates
 from chatapp.engine.protocol import (
     Failed,
     Finished,
@@ -34,7 +34,7 @@ from chatapp.engine.protocol import (
 from chatapp.metrics import stats_from_times
 from chatapp.sampling import SamplerSettings
 
-FLUSH_S = 0.010  # token events are sent at most every 10 ms (the first one at once)
+FLUSH_S = 0.025  # token events go at most every 25 ms (the first one at once)
 TEMPLATE_TIMEOUT_S = 2.0
 
 
@@ -517,9 +517,11 @@ class Generation:
                 logits = w.logits()
                 cands: tuple = ()
                 logprob = None
-                idx = top_indices(logits, ranked_size(s, req.top_n, w.n_vocab))
+                idx, log_z = rank(logits, ranked_size(s, req.top_n, w.n_vocab))
                 if req.top_n > 0:
-                    cands, ranked = top_candidates(logits, s, recent, req.top_n, w.piece, idx=idx)
+                    cands, ranked = top_candidates(
+                        logits, s, recent, req.top_n, w.piece, idx=idx, log_z=log_z
+                    )
                 if subset_exact(s, idx.shape[0]):
                     tok = subset.sample(chain, logits, idx)
                 else:
