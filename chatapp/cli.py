@@ -62,24 +62,58 @@ def load_options(
 def root(ctx: typer.Context) -> None:
     """With no command, open the chat on the bundled model."""
     if ctx.invoked_subcommand is None:
-        chat(model=None)
+        chat(
+            model=None,
+            ctx=None,
+            ngl=None,
+            threads=None,
+            batch=512,
+            flash_attn=True,
+            server=None,
+            api_key_env=None,
+            model_name=None,
+        )
 
 
 @app.command()
 def chat(
-    model: Annotated[Path | None, typer.Argument(help="GGUF file (default: bundled)")] = None,
-    ctx: CtxOpt = 4096,
-    ngl: NglOpt = -1,
+    model: Annotated[
+        Path | None, typer.Argument(help="GGUF file (default: config, else bundled)")
+    ] = None,
+    ctx: Annotated[int | None, typer.Option("--ctx", min=16, help="context size in tokens")] = None,
+    ngl: Annotated[
+        int | None, typer.Option("--ngl", min=-1, help="layers on the GPU (-1 = all)")
+    ] = None,
     threads: ThreadsOpt = None,
     batch: BatchOpt = 512,
     flash_attn: FlashOpt = True,
     server: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="environment variable holding the server's API key")
+    ] = None,
+    model_name: Annotated[str | None, typer.Option(help="model name on the server")] = None,
 ) -> None:
-    """Open the chat TUI."""
-    options = load_options(model, ctx, ngl, threads, batch, flash_attn)
+    """Open the chat TUI (settings not given here come from config.toml)."""
+    from chatapp.config import load_config
+
+    config, problems = load_config()
+    if server is None and model is None and config.default_model:
+        model = Path(config.default_model).expanduser()
+    if server is None:
+        options = load_options(
+            model,
+            ctx or config.n_ctx,
+            config.n_gpu_layers if ngl is None else ngl,
+            threads or config.threads,
+            batch,
+            flash_attn,
+        )
+    else:
+        options = LoadOptions(model_path=str(model or ""), n_ctx=ctx or config.n_ctx)
     from chatapp.ui.app import run_chat_app  # the UI is imported only here
 
-    run_chat_app(options, server=server)
+    remote = {"api_key_env": api_key_env, "model_name": model_name}
+    run_chat_app(options, server=server, remote=remote, config=config, problems=problems)
 
 
 @app.command()

@@ -16,7 +16,7 @@ from chatapp import paths
 from chatapp.sampling import PRESETS, SamplerSettings, SettingsError
 
 STATE_NAME = "state.json"
-DEFAULT_THEME = "textual-dark"
+DEFAULT_THEME = "chatapp-dark"
 
 
 class ConfigError(Exception):

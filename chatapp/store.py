@@ -281,6 +281,14 @@ class Store:
             if cur.rowcount == 0:
                 raise StoreError(f"no conversation with id {conversation_id}")
 
+    def delete_messages(self, message_ids: list[int]) -> None:
+        """Delete some messages (a reply that was regenerated, a turn that was edited)."""
+        if not message_ids:
+            return
+        marks = ", ".join("?" for _ in message_ids)
+        with self._write("delete messages") as conn:
+            conn.execute(f"DELETE FROM messages WHERE id IN ({marks})", tuple(message_ids))
+
     def search(self, text: str, limit: int = 100) -> list[SearchHit]:
         """Titles, then messages, containing `text` (case-insensitive for ASCII), newest first.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -23,7 +24,9 @@ from chatapp.engine.protocol import (
     Token,
 )
 from chatapp.sampling import SamplerSettings
+from chatapp.store import StoreError
 from chatapp.ui import themes
+from chatapp.ui.history import ChatHistory
 from chatapp.ui.messages import (
     EngineFailed,
     EngineReady,
@@ -35,7 +38,8 @@ from chatapp.ui.messages import (
     TokensArrived,
 )
 from chatapp.ui.prompt_input import PromptInput
-from chatapp.ui.reply import Reply, footer_for
+from chatapp.ui.reply import Reply, footer_for, stored_footer
+from chatapp.ui.screens.conversations import Choice, ConversationsScreen
 from chatapp.ui.screens.help import HelpScreen
 from chatapp.ui.screens.system_prompt import SystemPromptScreen
 from chatapp.ui.streaming import stream_reply
@@ -51,6 +55,7 @@ _CHAT_ACTIONS = {
     "continue_reply",
     "rewind",
     "new_chat",
+    "conversations",
     "next_theme",
     "restart_engine",
     "stop",
@@ -77,6 +82,7 @@ class ChatApp(App):
         Binding("f5", "toggle_ids", "Token ids", id="view.token_ids"),
         Binding("f6", "focus_sampler", "Sampler", id="view.focus_sampler"),
         Binding("ctrl+t", "next_theme", "Theme", id="view.next_theme", priority=True),
+        Binding("f7", "conversations", "History", id="chat.history", priority=True),
         Binding(
             "ctrl+k",
             "restart_engine",
@@ -96,8 +102,14 @@ class ChatApp(App):
         model_label: str = "",
         theme_name: str | None = None,
         remember_theme: Callable[[str], None] | None = None,
+        history: ChatHistory | None = None,
+        options: LoadOptions | None = None,
+        startup_notes: Iterable[str] = (),
     ) -> None:
         super().__init__()
+        self.history = history or ChatHistory(None, self._warn)
+        self.options = options
+        self.startup_notes = list(startup_notes)
         self.engine_factory = engine_factory
         self.engine = None
         self.info: ModelInfo | None = None
@@ -146,7 +158,12 @@ class ChatApp(App):
         self.sub_title = self.model_label
         self.query_one("#probs", ProbPanel).settings = self.settings
         self.query_one("#prompt", PromptInput).focus()
+        for note in self.startup_notes:
+            self.notify(note, title="Config", severity="warning", timeout=10)
         self.start_engine()
+
+    def _warn(self, message: str) -> None:
+        self.notify(message, title="History", severity="warning", timeout=10)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # Chat keys are priority bindings (they win over the text box's own ctrl keys),
@@ -204,6 +221,7 @@ class ChatApp(App):
     def on_engine_ready(self, message: EngineReady) -> None:
         self._loading = False
         self.info = message.info
+        self.history.set_model(message.info)
         self.stats_panel.info = message.info
         self.stats_panel.stats = LiveStats(state="ready", n_ctx=message.info.n_ctx)
         name = Path(message.info.path).name
@@ -240,6 +258,7 @@ class ChatApp(App):
     async def send(self, text: str) -> None:
         """Add a user turn and generate the reply to it."""
         self.conversation.append(ChatMessage("user", text))
+        self.history.save_user(text, self.system_prompt, self.settings)
         await self.chat.add("user", text)
         if self.engine is None:
             self._queued_reply_pending(text)
@@ -249,6 +268,7 @@ class ChatApp(App):
     def _queued_reply_pending(self, text: str) -> None:
         # The turn is kept in the conversation; the reply starts once a model is loaded.
         self.conversation.pop()
+        self.history.drop_from(len(self.conversation))
         self._queued = text
         if not self._loading:
             self.start_engine()
@@ -272,6 +292,7 @@ class ChatApp(App):
         reply.initial_settings = self.settings
         self.reply = reply
         self.paint_log = []
+        self.history.begin_reply(self.settings)
         self.probs.step = None
         self.token_panel.reset_reply([_shown(t) for t in reply.tokens])
         self.stats_panel.speeds = ()
@@ -318,6 +339,7 @@ class ChatApp(App):
         reply.add(message.tokens)
         self.paint_log.append((time.perf_counter(), len(message.tokens)))
         await reply.item.write("".join(t.text for t in message.tokens))
+        self.history.stream(reply.item.text)
         if first and reply.first_paint_s is None:
             self.call_after_refresh(self._record_first_paint, reply)
         self.token_panel.add_reply([_shown(t) for t in message.tokens])
@@ -357,6 +379,7 @@ class ChatApp(App):
         st = ev.stats
         await reply.item.finish(ev.text, footer_for(ev, reply, self.info))
         self.conversation.append(ChatMessage("assistant", ev.text))
+        self.history.finish(ev.text, ev, self.settings)
         self.stats_panel.stats = self.stats_panel.stats.but(
             state="ready",
             stop_reason=str(ev.reason),
@@ -381,6 +404,7 @@ class ChatApp(App):
         reply.item.add_class("error")
         if text:
             self.conversation.append(ChatMessage("assistant", text))  # the partial reply stays
+        self.history.finish(text, None, self.settings, error=message.message, kept=bool(text))
         self.stats_panel.stats = self.stats_panel.stats.but(state="error", stop_reason="error")
         self.set_status(f"error: {message.message}", error=True)
         if message.crashed:
@@ -421,6 +445,7 @@ class ChatApp(App):
             return
         if self.conversation[-1].role == "assistant":
             self.conversation.pop()
+            self.history.drop_from(len(self.conversation))
             items = self.chat.items()
             if items and items[-1].role == "assistant":
                 await items[-1].remove()
@@ -434,6 +459,7 @@ class ChatApp(App):
             return
         text = self.conversation[idx].content
         del self.conversation[idx:]
+        self.history.drop_from(idx)
         items = self.chat.items()
         user_items = [i for i, it in enumerate(items) if it.role == "user"]
         for it in items[user_items[-1] :]:
@@ -450,6 +476,7 @@ class ChatApp(App):
         if self.conversation[-1].role != "assistant":
             return
         self.conversation.pop()
+        self.history.drop_from(len(self.conversation))
         await self._generate(prefix=list(last.tokens), item=last.item)
 
     async def action_rewind(self) -> None:
@@ -461,6 +488,7 @@ class ChatApp(App):
             return
         if self.conversation and self.conversation[-1].role == "assistant":
             self.conversation.pop()
+            self.history.drop_from(len(self.conversation))
         keep = list(last.tokens[:cursor])
         await last.item.finish("".join(t.text for t in keep))
         await self._generate(prefix=keep, item=last.item)
@@ -469,6 +497,7 @@ class ChatApp(App):
         if self.reply is not None:
             return
         self.conversation.clear()
+        self.history.new_conversation()
         self.last_reply = None
         await self.chat.clear()
         self.token_panel.reset_reply()
@@ -482,9 +511,65 @@ class ChatApp(App):
         def done(text: str | None) -> None:
             if text is not None:
                 self.system_prompt = text
+                self.history.update_meta(text)
                 self.set_status("system prompt set" if text else "system prompt cleared")
 
         self.push_screen(SystemPromptScreen(self.system_prompt), done)
+
+    def action_conversations(self) -> None:
+        if self.reply is not None:
+            self.notify("Stop the reply first (Esc).")
+            return
+        if self.history.store is None:
+            self.notify("History is not available in this session.", severity="warning")
+            return
+
+        async def done(choice: Choice | None) -> None:
+            if choice is None:
+                return
+            await self.action_new_chat()
+            if choice.conversation_id is not None:
+                await self.resume(choice.conversation_id)
+
+        self.push_screen(ConversationsScreen(self.history.store), done)
+
+    async def resume(self, conversation_id: int) -> None:
+        """Open a saved conversation where it was: its messages, system prompt, settings, model."""
+        store = self.history.store
+        try:
+            conv = store.get_conversation(conversation_id)
+            messages = store.messages(conversation_id)
+        except StoreError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.system_prompt = conv.system_prompt
+        if conv.sampler is not None:
+            self.settings = conv.sampler
+            self.sampler.settings = conv.sampler
+            self.sampler.sync_sliders()
+        kept = [m for m in messages if m.role != "system"]
+        self.conversation = [ChatMessage(m.role, m.text) for m in kept]
+        await self.chat.add_items([MessageView(m.role, m.text, stored_footer(m)) for m in kept])
+        self.history.resume(conversation_id, [m.id for m in kept])
+        self.set_status(f"resumed: {conv.title} ({len(kept)} messages)")
+        loaded = self.info.path if self.info else None
+        if conv.model_path and self.options and conv.model_path != loaded:
+            if Path(conv.model_path).is_file():
+                self.switch_model(dataclasses.replace(self.options, model_path=conv.model_path))
+            else:
+                self.notify(
+                    f"this chat was made with {conv.model_path}, which is gone; "
+                    "continuing with the loaded model",
+                    severity="warning",
+                )
+
+    def switch_model(self, options: LoadOptions) -> None:
+        """Load another model file (the conversation stays)."""
+        from chatapp.engine.local import LocalEngine
+
+        self.options = options
+        self.engine_factory = lambda: LocalEngine(options)
+        self.start_engine()
 
     def action_toggle_side(self) -> None:
         side = self.query_one("#side")
@@ -619,8 +704,8 @@ def _is_special(piece: bytes) -> bool:
     return piece.startswith(b"<") and piece.endswith(b">") and len(piece) > 2
 
 
-def run_chat_app(options: LoadOptions, server: str | None = None) -> None:
+def run_chat_app(options: LoadOptions, server: str | None = None, **kwargs) -> None:
     """Open the TUI on a local model (or a server)."""
     from chatapp.ui.launch import build_app
 
-    build_app(options, server=server).run()
+    build_app(options, server=server, **kwargs).run()

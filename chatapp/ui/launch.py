@@ -1,44 +1,29 @@
-"""Build the app for the command line: engine factory, remembered theme, model label."""
+"""Build the app for the command line: engine, config, remembered theme, history."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from chatapp import paths
+from chatapp.config import Config, effective_theme, save_theme
 from chatapp.engine.protocol import LoadOptions
 from chatapp.ui.app import ChatApp
-
-STATE_FILE = "ui-state.json"
-
-
-def _state_path() -> Path:
-    return paths.config_dir() / STATE_FILE
+from chatapp.ui.history import ChatHistory
 
 
-def load_state() -> dict:
-    try:
-        return json.loads(_state_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
-def remember(key: str, value) -> None:
-    state = load_state()
-    state[key] = value
-    try:
-        _state_path().parent.mkdir(parents=True, exist_ok=True)
-        _state_path().write_text(json.dumps(state, indent=2), encoding="utf-8")
-    except OSError:
-        pass  # remembering a UI choice is best effort
-
-
-def build_app(options: LoadOptions, server: str | None = None) -> ChatApp:
+def build_app(
+    options: LoadOptions,
+    server: str | None = None,
+    *,
+    remote: dict | None = None,
+    config: Config | None = None,
+    problems: list[str] | None = None,
+) -> ChatApp:
+    config = config or Config()
     if server:
         from chatapp.engine.remote import RemoteEngine
 
         def factory():
-            return RemoteEngine(server)
+            return RemoteEngine(server, **{k: v for k, v in (remote or {}).items() if v})
 
         label = server
     else:
@@ -48,9 +33,25 @@ def build_app(options: LoadOptions, server: str | None = None) -> ChatApp:
             return LocalEngine(options)
 
         label = Path(options.model_path).name
-    return ChatApp(
+    notes = list(problems or [])
+
+    def remember(name: str) -> None:
+        try:
+            save_theme(name, config)
+        except Exception:  # noqa: BLE001 - remembering a theme is best effort
+            pass
+
+    history = ChatHistory.open(notes.append)
+    app = ChatApp(
         factory,
+        history=history,
+        settings=config.sampler,
+        system_prompt=config.system_prompt,
         model_label=label,
-        theme_name=load_state().get("theme"),
-        remember_theme=lambda name: remember("theme", name),
+        theme_name=effective_theme(config),
+        remember_theme=remember,
+        options=None if server else options,
+        startup_notes=notes,
     )
+    history.warn = app._warn
+    return app

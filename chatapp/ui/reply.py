@@ -77,3 +77,25 @@ def footer_for(ev: Finished, reply: Reply, info: ModelInfo | None) -> str:
     if reply.settings_changes:
         parts.append(f"settings changed at token {reply.settings_changes[0][0]}")
     return " · ".join(parts)
+
+
+def stored_footer(message) -> str:
+    """The stats line of a reply loaded from the history database."""
+    if message.role != "assistant":
+        return ""
+    parts = []
+    if message.model is not None and message.model.quant:
+        parts.append(message.model.quant)
+    if message.ttft_s is not None:
+        parts.append(f"TTFT {message.ttft_s * 1000:.0f} ms")
+    if message.prefill_tps:
+        parts.append(f"prefill {message.prefill_tps:.0f} t/s")
+    if message.decode_tps:
+        parts.append(f"decode {message.decode_tps:.1f} t/s")
+    if message.completion_tokens is not None:
+        parts.append(f"{message.completion_tokens} tokens")
+    if message.stop_reason:
+        parts.append(f"stop: {message.stop_reason}")
+    if message.status != "complete":
+        parts.append(str(message.status))
+    return " · ".join(parts)

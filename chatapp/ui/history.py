@@ -1,0 +1,145 @@
+"""The app's link to the history database: save as the chat goes, never lose what was typed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from chatapp.engine.protocol import Finished, ModelInfo
+from chatapp.history_model import ModelFingerprint, model_fingerprint, title_from
+from chatapp.sampling import SamplerSettings
+from chatapp.store import MessageStatus, Store, StoreError
+
+SAVE_EVERY_S = 1.0  # a streaming reply is written at least this often
+
+
+class ChatHistory:
+    """Writes the conversation to a Store. A store error is reported once through `warn`; the
+    chat then goes on in memory (the conversation on screen is never lost)."""
+
+    def __init__(self, store: Store | None, warn: Callable[[str], None]) -> None:
+        self.store = store
+        self.warn = warn
+        self.conversation_id: int | None = None
+        self.reply_id: int | None = None
+        self._last_save = 0.0
+        self._fingerprint: ModelFingerprint | None = None
+        self._failed = False
+        self.rows: list[int | None] = []  # message ids, in the order of app.conversation
+
+    @classmethod
+    def open(cls, warn: Callable[[str], None]) -> ChatHistory:
+        """Open the default database; if it cannot be opened the app runs without history."""
+        try:
+            store = Store()
+            store.mark_interrupted_on_start()
+        except StoreError as exc:
+            warn(f"{exc}; this chat will not be saved")
+            store = None
+        return cls(store, warn)
+
+    def _do(self, what: Callable[[], object]) -> object | None:
+        if self.store is None or self._failed:
+            return None
+        try:
+            return what()
+        except StoreError as exc:
+            self._failed = True
+            self.warn(f"{exc}; the chat goes on but is no longer saved")
+            return None
+
+    def set_model(self, info: ModelInfo | None) -> None:
+        if info is None:
+            self._fingerprint = None
+            return
+        try:
+            self._fingerprint = model_fingerprint(info.path, quant=info.quant)
+        except (OSError, StoreError):  # a server model: no file to fingerprint
+            self._fingerprint = ModelFingerprint(path=info.path, quant=info.quant)
+
+    def new_conversation(self) -> None:
+        self.conversation_id = None
+        self.reply_id = None
+        self.rows = []
+
+    def resume(self, conversation_id: int, rows: list[int]) -> None:
+        self.conversation_id = conversation_id
+        self.reply_id = None
+        self.rows = list(rows)
+
+    def save_user(self, text: str, system_prompt: str, settings: SamplerSettings) -> None:
+        """Save a user turn (before its reply is generated), creating the conversation."""
+        if self.conversation_id is None:
+            path = self._fingerprint.path if self._fingerprint else ""
+            self.conversation_id = self._do(
+                lambda: self.store.create_conversation(
+                    title_from(text), system_prompt=system_prompt, model_path=path, sampler=settings
+                )
+            )
+        row = None
+        if self.conversation_id is not None:
+            cid = self.conversation_id
+            row = self._do(lambda: self.store.add_message(cid, "user", text))
+        self.rows.append(row)
+
+    def begin_reply(self, settings: SamplerSettings) -> None:
+        self.reply_id = None
+        if self.conversation_id is not None:
+            self.reply_id = self._do(
+                lambda: self.store.begin_reply(
+                    self.conversation_id, model=self._fingerprint, sampler=settings
+                )
+            )
+        self._last_save = time.monotonic()
+
+    def stream(self, text: str) -> None:
+        """Save the reply so far, at most once a second."""
+        if self.reply_id is None or time.monotonic() - self._last_save < SAVE_EVERY_S:
+            return
+        self._last_save = time.monotonic()
+        self._do(lambda: self.store.update_reply(self.reply_id, text))
+
+    def finish(
+        self,
+        text: str,
+        event: Finished | None,
+        settings: SamplerSettings,
+        error: str | None = None,
+        kept: bool = True,
+    ) -> None:
+        """Store the end of a reply; `kept` says whether it stays in the conversation."""
+        if self.reply_id is None:
+            return
+        if error is not None:
+            status = MessageStatus.ERROR
+        elif event is not None and event.reason == "cancelled":
+            status = MessageStatus.INTERRUPTED
+        else:
+            status = MessageStatus.COMPLETE
+        reply_id = self.reply_id
+        if kept:
+            self.rows.append(reply_id)
+        self._do(
+            lambda: self.store.finish_reply(
+                reply_id,
+                text,
+                status,
+                stats=event.stats if event else None,
+                stop_reason=str(event.reason) if event else None,
+                error=error,
+                sampler=settings,
+            )
+        )
+        self.reply_id = None
+
+    def drop_from(self, index: int) -> None:
+        """Messages from `index` of the conversation on were replaced (regenerate, edit, rewind)."""
+        dropped = [r for r in self.rows[index:] if r is not None]
+        del self.rows[index:]
+        if dropped:
+            self._do(lambda: self.store.delete_messages(dropped))
+
+    def update_meta(self, system_prompt: str) -> None:
+        if self.conversation_id is not None:
+            cid = self.conversation_id
+            self._do(lambda: self.store.update_conversation(cid, system_prompt=system_prompt))
