@@ -119,6 +119,7 @@ def run_ask(
         out.write("\n")
     else:
         out.write("\n")
+        out.flush()
         print(stats_line(finished), file=sys.stderr)
     return 0
 

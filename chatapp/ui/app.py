@@ -49,17 +49,6 @@ from chatapp.ui.widgets.sampler import SamplerPanel
 from chatapp.ui.widgets.stats import LiveStats, StatsPanel
 from chatapp.ui.widgets.tokens import ShownToken, TokenPanel, TokenStrip
 
-_CHAT_ACTIONS = {
-    "regenerate",
-    "edit_last",
-    "continue_reply",
-    "rewind",
-    "new_chat",
-    "conversations",
-    "next_theme",
-    "restart_engine",
-    "stop",
-}
 STOP_GRACE_S = 3.0  # after Esc, a worker that has not stopped by then is killed
 
 
@@ -75,12 +64,14 @@ class ChatApp(App):
         Binding("ctrl+o", "continue_reply", "Continue", id="chat.continue", priority=True),
         Binding("ctrl+w", "rewind", "Rewind here", id="chat.rewind", priority=True),
         Binding("ctrl+n", "new_chat", "New chat", id="chat.new", priority=True),
-        Binding("f1", "help", "Help", id="app.help"),
-        Binding("f2", "system_prompt", "System", id="chat.system_prompt"),
-        Binding("f3", "toggle_side", "Panels", id="view.toggle_side"),
-        Binding("f4", "toggle_prompt_tokens", "Prompt tokens", id="view.prompt_tokens"),
-        Binding("f5", "toggle_ids", "Token ids", id="view.token_ids"),
-        Binding("f6", "focus_sampler", "Sampler", id="view.focus_sampler"),
+        Binding("f1", "help", "Help", id="app.help", priority=True),
+        Binding("f2", "system_prompt", "System", id="chat.system_prompt", priority=True),
+        Binding("f3", "toggle_side", "Panels", id="view.toggle_side", priority=True),
+        Binding(
+            "f4", "toggle_prompt_tokens", "Prompt tokens", id="view.prompt_tokens", priority=True
+        ),
+        Binding("f5", "toggle_ids", "Token ids", id="view.token_ids", priority=True),
+        Binding("f6", "focus_sampler", "Sampler", id="view.focus_sampler", priority=True),
         Binding("ctrl+t", "next_theme", "Theme", id="view.next_theme", priority=True),
         Binding("f7", "conversations", "History", id="chat.history", priority=True),
         Binding(
@@ -127,6 +118,7 @@ class ChatApp(App):
         self.theme_problems: list[str] = []
         self.first_paint_s: list[float] = []  # submit -> first token painted, per reply
         self.ignore_eos = False  # benchmarks: replies of exactly max_tokens
+        self._prompt_len = 0
         self.paint_log: list[tuple[float, int]] = []  # (UI time, tokens) per batch shown
 
     # ---- layout ---------------------------------------------------------------------------
@@ -166,9 +158,9 @@ class ChatApp(App):
         self.notify(message, title="History", severity="warning", timeout=10)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # Chat keys are priority bindings (they win over the text box's own ctrl keys),
+        # App keys are priority bindings (they win over the text box's own ctrl and F keys),
         # but not while a dialog is open.
-        if isinstance(self.screen, ModalScreen) and action in _CHAT_ACTIONS:
+        if isinstance(self.screen, ModalScreen) and action in _APP_ACTIONS:
             return False
         return True
 
@@ -322,6 +314,7 @@ class ChatApp(App):
 
     def on_prompt_shown(self, message: PromptShown) -> None:
         ev = message.event
+        self._prompt_len = len(ev.tokens)
         self.token_panel.set_prompt(
             [ShownToken(t.id, t.piece, special=_is_special(t.piece)) for t in ev.tokens]
         )
@@ -353,6 +346,7 @@ class ChatApp(App):
             ttft_s=reply.ttft_s,
             decode_tps=reply.decode_tps,
             tokens=len(reply.tokens),
+            n_past=self._prompt_len + len(reply.tokens),
             first_paint_s=reply.first_paint_s,
         )
 
@@ -694,6 +688,9 @@ class ChatApp(App):
     async def on_unmount(self) -> None:
         if self.engine is not None:
             self.engine.close()
+
+
+_APP_ACTIONS = {b.action for b in ChatApp.BINDINGS if b.key != "escape"}
 
 
 def _shown(tok: Token) -> ShownToken:
