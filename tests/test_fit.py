@@ -87,7 +87,11 @@ def test_sizes_llama_cpp_reports(shape):
     from chatapp.engine.local import LocalEngine
 
     ctx = 2048
-    engine = LocalEngine(LoadOptions(str(smollm2_path()), n_ctx=ctx, n_gpu_layers=0, n_threads=2))
+    # fit.estimate's default models llama.cpp without flash attention.
+    opts = LoadOptions(
+        str(smollm2_path()), n_ctx=ctx, n_gpu_layers=0, n_threads=2, flash_attn=False
+    )
+    engine = LocalEngine(opts)
     start = engine.log_path.stat().st_size if engine.log_path.exists() else 0
     engine.start()
     engine.close()
