@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -150,6 +151,7 @@ class ChatApp(App):
         self.sub_title = self.model_label
         self.query_one("#probs", ProbPanel).settings = self.settings
         self.query_one("#prompt", PromptInput).focus()
+        self.call_after_refresh(_settle_gc)
         for note in self.startup_notes:
             self.notify(note, title="Config", severity="warning", timeout=10)
         self.start_engine()
@@ -279,7 +281,7 @@ class ChatApp(App):
         self._reply_ids += 1
         if item is None:
             item = await self.chat.add("assistant")
-        item.start_stream()
+        await item.start_stream()
         reply = Reply(self._reply_ids, item, time.perf_counter(), list(prefix or []))
         reply.initial_settings = self.settings
         self.reply = reply
@@ -414,6 +416,7 @@ class ChatApp(App):
     def _end_reply(self) -> None:
         self.last_reply = self.reply
         self.reply = None
+        self.call_after_refresh(_settle_gc)
 
     # ---- actions ----------------------------------------------------------------------------
 
@@ -653,7 +656,7 @@ class ChatApp(App):
 
     def set_status(self, text: str, error: bool = False) -> None:
         line = self.query_one("#status-line", Static)
-        line.update(text)
+        line.update(text, layout=False)  # one line, fixed height
         line.set_class(error, "error")
 
     def _binding_rows(self) -> list[tuple[str, str, str]]:
@@ -691,6 +694,13 @@ class ChatApp(App):
 
 
 _APP_ACTIONS = {b.action for b in ChatApp.BINDINGS if b.key != "escape"}
+
+
+def _settle_gc() -> None:
+    """Collect now (between replies) and freeze what survives: the long-lived widgets then cost
+    nothing in the collections that would otherwise pause the UI >100 ms while streaming."""
+    gc.collect()
+    gc.freeze()
 
 
 def _shown(tok: Token) -> ShownToken:

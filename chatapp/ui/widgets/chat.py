@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.markdown import Markdown as RichMarkdown
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static
@@ -10,7 +12,8 @@ from chatapp.textsafe import printable
 
 
 class MessageView(Vertical):
-    """One message. An assistant reply streams through MarkdownStream, then renders once whole."""
+    """One message. A reply streams through Textual's MarkdownStream; a finished message is a
+    single Static holding a Rich rendering, so the many finished messages cost layout little."""
 
     DEFAULT_CSS = """
     MessageView { height: auto; margin: 0 0 1 0; padding: 0 1; }
@@ -19,8 +22,8 @@ class MessageView(Vertical):
     MessageView.assistant { border-left: thick $primary; }
     MessageView.error { border-left: thick $error; }
     MessageView > Markdown { margin: 0; padding: 0; background: transparent; }
+    MessageView > .body { height: auto; }
     MessageView > .footer { height: auto; color: $text-muted; }
-    MessageView > .note { height: auto; color: $warning; }
     """
 
     def __init__(self, role: str, text: str = "", footer: str = "") -> None:
@@ -35,21 +38,30 @@ class MessageView(Vertical):
             self.role, self.role
         )
         yield Static(label, classes="role")
-        yield Markdown(printable(self.text))
+        yield Static(self._body(), classes="body")
         yield Static(self._footer, classes="footer")
 
-    @property
-    def markdown(self) -> Markdown:
-        return self.query_one(Markdown)
+    def _body(self):
+        text = printable(self.text)
+        if self.role == "user":
+            return Text(text)
+        dark = self.app.current_theme.dark if self.is_attached else True
+        return RichMarkdown(text, code_theme="monokai" if dark else "default")
 
-    def start_stream(self) -> None:
-        self._stream = Markdown.get_stream(self.markdown)
+    async def start_stream(self) -> None:
+        """Swap the finished rendering for a live Markdown widget and open a stream on it."""
+        if self._stream is not None:
+            return
+        live = Markdown(printable(self.text))
+        await self.mount(live, after=self.query_one(".body"))
+        self.query_one(".body").display = False
+        self._stream = Markdown.get_stream(live)
 
     async def write(self, delta: str) -> None:
         """Append streamed text (cheap: no re-parse of what is already shown)."""
         self.text += delta
         if self._stream is None:
-            self.start_stream()
+            await self.start_stream()
         await self._stream.write(printable(delta))
 
     async def finish(self, text: str, footer: str = "") -> None:
@@ -58,7 +70,11 @@ class MessageView(Vertical):
             await self._stream.stop()
             self._stream = None
         self.text = text
-        await self.markdown.update(printable(text))
+        for live in self.query(Markdown):
+            await live.remove()
+        body = self.query_one(".body", Static)
+        body.update(self._body())
+        body.display = True
         self.set_footer(footer)
 
     def set_footer(self, footer: str) -> None:
@@ -73,7 +89,7 @@ class ChatView(VerticalScroll):
     the history database, so a long chat costs a new reply nothing extra to lay out.
     """
 
-    MAX_MOUNTED = 60
+    MAX_MOUNTED = 40
     DEFAULT_CSS = """
     ChatView { height: 1fr; padding: 0 1; scrollbar-size-vertical: 1; }
     ChatView > #hidden-count { color: $text-muted; height: auto; margin: 0 0 1 0;

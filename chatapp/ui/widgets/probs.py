@@ -32,7 +32,7 @@ class ProbPanel(Widget):
         "probpanel--dropped",
     }
     DEFAULT_CSS = """
-    ProbPanel { height: auto; padding: 0 1; }
+    ProbPanel { height: 15; padding: 0 1; }
     ProbPanel > .probpanel--raw { color: $prob-raw; }
     ProbPanel > .probpanel--final { color: $prob-final; }
     ProbPanel > .probpanel--cut { color: $prob-cut; text-style: bold; }
@@ -40,7 +40,7 @@ class ProbPanel(Widget):
     ProbPanel > .probpanel--dropped { color: $text-disabled; }
     """
 
-    candidates: reactive[tuple[Candidate, ...]] = reactive((), layout=True)
+    candidates: reactive[tuple[Candidate, ...]] = reactive(())
     """Candidates of the step shown, best first."""
     chosen: reactive[int | None] = reactive(None)
     """Id of the token that was picked at that step."""

@@ -162,4 +162,4 @@ class SamplerPanel(Vertical):
             slider.refresh()
 
     def set_status(self, text: str) -> None:
-        self.query_one("#sampler-status", Static).update(text)
+        self.query_one("#sampler-status", Static).update(text, layout=False)

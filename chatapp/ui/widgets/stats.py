@@ -53,7 +53,7 @@ class StatsPanel(Vertical):
 
     DEFAULT_CSS = """
     StatsPanel { height: auto; padding: 0 1; }
-    StatsPanel > #stats-table { height: auto; }
+    StatsPanel > #stats-table { height: 5; }
     StatsPanel > Sparkline { height: 2; margin: 0 0; }
     StatsPanel > Sparkline > .sparkline--max-color { color: $spark-max; }
     StatsPanel > Sparkline > .sparkline--min-color { color: $spark-min; }
@@ -110,4 +110,4 @@ class StatsPanel(Vertical):
                 f"{info.n_gpu_layers}/{info.n_layers + 1}" if info.gpu_offload_supported else "cpu"
             )
             t.add_row("load", f"{info.load_s:.2f} s", "gpu layers", gpu)
-        self.query_one("#stats-table", Static).update(t)
+        self.query_one("#stats-table", Static).update(t, layout=False)  # fixed height
