@@ -1,0 +1,181 @@
+"""The chat app's actions on the conversation and the view (a mixin of ChatApp)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from textual.widgets import TabbedContent
+
+from chatapp.engine.protocol import ChatMessage, LoadOptions
+from chatapp.store import StoreError
+from chatapp.ui.prompt_input import PromptInput
+from chatapp.ui.reply import stored_footer
+from chatapp.ui.screens.conversations import Choice, ConversationsScreen
+from chatapp.ui.screens.help import HelpScreen
+from chatapp.ui.screens.system_prompt import SystemPromptScreen
+from chatapp.ui.widgets.chat import MessageView
+
+if TYPE_CHECKING:
+    from chatapp.ui.app import ChatApp
+
+    _Base = ChatApp
+else:
+    _Base = object
+
+
+class ChatActions(_Base):
+    """Regenerate, edit, continue, rewind, new chat, history, and the view toggles."""
+
+    async def action_regenerate(self) -> None:
+        if self.reply is not None or not self.conversation:
+            return
+        if self.conversation[-1].role == "assistant":
+            self.conversation.pop()
+            self.history.drop_from(len(self.conversation))
+            items = self.chat.items()
+            if items and items[-1].role == "assistant":
+                await items[-1].remove()
+        await self._generate()
+
+    async def action_edit_last(self) -> None:
+        if self.reply is not None:
+            return
+        idx = max((i for i, m in enumerate(self.conversation) if m.role == "user"), default=None)
+        if idx is None:
+            return
+        text = self.conversation[idx].content
+        del self.conversation[idx:]
+        self.history.drop_from(idx)
+        items = self.chat.items()
+        user_items = [i for i, it in enumerate(items) if it.role == "user"]
+        for it in items[user_items[-1] :]:
+            await it.remove()
+        prompt = self.query_one("#prompt", PromptInput)
+        prompt.text = text
+        prompt.focus()
+        self.set_status("editing your last message: Enter sends it again")
+
+    async def action_continue_reply(self) -> None:
+        last = self.last_reply
+        if self.reply is not None or last is None or not self.conversation:
+            return
+        if self.conversation[-1].role != "assistant":
+            return
+        self.conversation.pop()
+        self.history.drop_from(len(self.conversation))
+        await self._generate(prefix=list(last.tokens), item=last.item)
+
+    async def action_rewind(self) -> None:
+        """Cut the last reply at the selected token and sample again from there."""
+        last = self.last_reply
+        cursor = self.token_panel.strip.cursor
+        if self.reply is not None or last is None or cursor is None or self.token_panel.show_prompt:
+            self.notify("Select a token of the last reply in the Tokens tab first.")
+            return
+        if self.conversation and self.conversation[-1].role == "assistant":
+            self.conversation.pop()
+            self.history.drop_from(len(self.conversation))
+        keep = list(last.tokens[:cursor])
+        await last.item.finish("".join(t.text for t in keep))
+        await self._generate(prefix=keep, item=last.item)
+
+    async def action_new_chat(self) -> None:
+        if self.reply is not None:
+            return
+        self.conversation.clear()
+        self.history.new_conversation()
+        self.last_reply = None
+        await self.chat.clear()
+        self.token_panel.reset_reply()
+        self.probs.candidates = ()
+        self.set_status("new chat")
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self._binding_rows()))
+
+    def action_system_prompt(self) -> None:
+        def done(text: str | None) -> None:
+            if text is not None:
+                self.system_prompt = text
+                self.history.update_meta(text)
+                self.set_status("system prompt set" if text else "system prompt cleared")
+
+        self.push_screen(SystemPromptScreen(self.system_prompt), done)
+
+    def action_conversations(self) -> None:
+        if self.reply is not None:
+            self.notify("Stop the reply first (Esc).")
+            return
+        if self.history.store is None:
+            self.notify("History is not available in this session.", severity="warning")
+            return
+
+        async def done(choice: Choice | None) -> None:
+            if choice is None:
+                return
+            await self.action_new_chat()
+            if choice.conversation_id is not None:
+                await self.resume(choice.conversation_id)
+
+        self.push_screen(ConversationsScreen(self.history.store), done)
+
+    async def resume(self, conversation_id: int) -> None:
+        """Open a saved conversation where it was: its messages, system prompt, settings, model."""
+        store = self.history.store
+        try:
+            conv = store.get_conversation(conversation_id)
+            messages = store.messages(conversation_id)
+        except StoreError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.system_prompt = conv.system_prompt
+        if conv.sampler is not None:
+            self.settings = conv.sampler
+            self.sampler.settings = conv.sampler
+            self.sampler.sync_sliders()
+        kept = [m for m in messages if m.role != "system"]
+        self.conversation = [ChatMessage(m.role, m.text) for m in kept]
+        await self.chat.add_items([MessageView(m.role, m.text, stored_footer(m)) for m in kept])
+        self.history.resume(conversation_id, [m.id for m in kept])
+        self.set_status(f"resumed: {conv.title} ({len(kept)} messages)")
+        loaded = self.info.path if self.info else None
+        if conv.model_path and self.options and conv.model_path != loaded:
+            if Path(conv.model_path).is_file():
+                self.switch_model(dataclasses.replace(self.options, model_path=conv.model_path))
+            else:
+                self.notify(
+                    f"this chat was made with {conv.model_path}, which is gone; "
+                    "continuing with the loaded model",
+                    severity="warning",
+                )
+
+    def switch_model(self, options: LoadOptions) -> None:
+        """Load another model file (the conversation stays)."""
+        from chatapp.engine.local import LocalEngine
+
+        self.options = options
+        self.engine_factory = lambda: LocalEngine(options)
+        self.start_engine()
+
+    def action_toggle_side(self) -> None:
+        side = self.query_one("#side")
+        side.display = not side.display
+
+    def action_toggle_prompt_tokens(self) -> None:
+        self.query_one(TabbedContent).active = "tab-tokens"
+        self.token_panel.show_prompt = not self.token_panel.show_prompt
+
+    def action_toggle_ids(self) -> None:
+        self.token_panel.toggle_ids()
+
+    def action_focus_sampler(self) -> None:
+        self.query_one("#slider-temperature").focus()
+
+    def action_next_theme(self) -> None:
+        names = sorted(self.available_themes)
+        ours = [n for n in names if n.startswith("chatapp-")] or names
+        i = ours.index(self.theme) if self.theme in ours else -1
+        self.theme = ours[(i + 1) % len(ours)]
+        self.notify(f"theme: {self.theme}")
