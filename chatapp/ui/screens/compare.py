@@ -373,8 +373,8 @@ class CompareScreen(ModalScreen[None]):
             return
         self.listed[e.path] = e
         if e.ok:
-            name, path = escape(e.name), escape(e.path)
-            prompt = f"{name}  [b]{e.quant}[/]  {_size(e)}  [$text-muted]{path}[/]"
+            name, folder = escape(Path(e.path).name), escape(str(Path(e.path).parent))
+            prompt = f"{name}  [b]{e.quant}[/]  {_size(e)}  [$text-muted]{e.source}: {folder}[/]"
         else:
             prompt = f"[$error]{escape(Path(e.path).name)}: {escape(e.error)}[/]"
         files.add_option(Selection(prompt, e.path, selected and e.ok, disabled=not e.ok))

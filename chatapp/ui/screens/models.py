@@ -196,8 +196,8 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
             if e.ok:
                 cells = [name, e.quant, size, params, e.source, e.path]
             else:
-                cells = [Text(name, style=bad), Text("invalid", style=bad), size, params]
-                cells += [e.source, Text(e.error, style=bad)]
+                red = [Text(t, style=bad, end="") for t in (name, "invalid", e.error)]
+                cells = [red[0], red[1], size, params, e.source, red[2]]
             table.add_row(*cells, key=e.path)
         current = self.current.model_path
         if current in self.entries:
@@ -258,7 +258,7 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
         picked = self.picked if self.picked and self.picked.path == path else read_model(path)
         self._show(picked)
         if picked.error:
-            self._note(f"cannot load: {picked.error}", error=True)
+            self.app.bell()
             return
         ctx, ngl = self._ctx(), self._ngl()
         if ctx is None:
@@ -302,7 +302,7 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
             ngl.validate(ngl.value)
         self.query_one("#load", Button).disabled = picked is None or bool(picked.error)
         if picked and picked.error:
-            self._note(f"cannot load: {picked.error}", error=True)
+            self._note("this file cannot be loaded (see why above): choose another", error=True)
         elif picked:
             self._note(f"{Path(picked.path).name}: Enter or ctrl+l loads it")
         self._update_fit()

@@ -15,7 +15,8 @@ from chatapp.compare import BARS, COLUMNS, CompareResult, RunResult
 
 STATUS = "status"
 BAR_WIDTH = 18
-NAME_WIDTH = 24
+NAME_WIDTH = 20
+LABEL_WIDTH = 20
 
 
 def cells(r: RunResult) -> list[str]:
@@ -50,7 +51,9 @@ def bar(value: float, top: float, width: int = BAR_WIDTH) -> str:
 def labels(runs: Sequence[RunResult]) -> list[str]:
     """Short names for the runs: the quantization when every file has its own, else the file."""
     quants = [r.quant for r in runs]
-    return quants if len(set(quants)) == len(quants) else [r.name for r in runs]
+    if len(set(quants)) == len(quants):
+        return quants
+    return [short_name(r.name, LABEL_WIDTH) for r in runs]
 
 
 def bars_markup(result: CompareResult) -> str:
@@ -71,7 +74,7 @@ def bars_markup(result: CompareResult) -> str:
 
 
 class CompareTable(DataTable):
-    """One row per file; the status column says queued, running, done or the error."""
+    """One row per file; the status column (second) says queued, running…, ok or failed."""
 
     DEFAULT_CSS = """
     CompareTable { height: auto; max-height: 10; }
@@ -79,16 +82,18 @@ class CompareTable(DataTable):
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
-        for header, _, _ in COLUMNS:
-            self.add_column(header, key=header)
+        first, *rest = [header for header, _, _ in COLUMNS]
+        self.add_column(first, key=first)
         self.add_column(STATUS, key=STATUS)
+        for header in rest:
+            self.add_column(header, key=header)
 
     def queue(self, files: Sequence[str]) -> None:
         """Rows for files about to run, figures empty."""
         self.clear()
         blank = [""] * (len(COLUMNS) - 1)
         for path in files:
-            self.add_row(short_name(Path(path).name), *blank, "queued", key=path)
+            self.add_row(short_name(Path(path).name), "queued", *blank, key=path)
 
     def mark(self, path: str, status: str) -> None:
         """Set one row's status (a path not in the table is ignored)."""
@@ -101,11 +106,11 @@ class CompareTable(DataTable):
         bad = self.app.theme_variables.get("error", "red")
         warn = self.app.theme_variables.get("warning", "yellow")
         for r in result.runs:
-            row: list[str | Text] = [*cells(r), status_text(r)]
-            row[0] = short_name(r.name)
+            row: list[str | Text] = [short_name(r.name), status_text(r), *cells(r)[1:]]
             if r.error or r.note:
                 style = bad if r.error else warn
-                row[0], row[-1] = Text(row[0], style=style), Text(row[-1], style=style)
+                row[0] = Text(str(row[0]), style=style, end="")
+                row[1] = Text(str(row[1]), style=style, end="")
             self.add_row(*row, key=r.path)
 
 

@@ -82,7 +82,7 @@ def fit_markup(report: fit.FitReport, trained_ctx: int = 0) -> str:
     ]
     if gpu:
         split = f"GPU {fit.gib(e.gpu_bytes)}, RAM {fit.gib(e.ram_bytes)}"
-        rows.append((f"at {ngl_text(e.n_gpu_layers, n)} layers", split))
+        rows.append(("split", f"{split} at {ngl_text(e.n_gpu_layers, n)} GPU layers"))
     badge = "[b reverse $success] fits [/]"
     if not fits(report):
         badge = "[b reverse $error] does not fit [/]"
