@@ -1,0 +1,333 @@
+"""The model picker: discovered GGUF files, a typed path, ctx and GPU layers, card and fit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.validation import Integer
+from textual.widgets import Button, DataTable, Input, Label, Static
+
+from chatapp import fit
+from chatapp.discovery import ModelEntry, discover
+from chatapp.engine.protocol import EngineError, LoadOptions
+from chatapp.gguf_info import ModelCard, card_from_header, read_header
+from chatapp.ui.widgets.model_card import CardView, FitView, machine_memory
+
+MIN_CTX, MAX_CTX = 64, 1 << 20
+Machine = Callable[[], tuple[int | None, int | None]]
+
+
+@dataclass(frozen=True)
+class Picked:
+    """The file the picker would load: its card and shape, or why it cannot be loaded."""
+
+    path: str
+    card: ModelCard | None = None
+    shape: fit.ModelShape | None = None
+    error: str = ""
+
+
+def read_model(path: str) -> Picked:
+    """Card and memory shape of one file from its header (never raises)."""
+    try:
+        header = read_header(path)
+    except EngineError as exc:
+        return Picked(path, error=str(exc))
+    return Picked(path, card_from_header(header), fit.shape_from_header(header))
+
+
+def int_value(widget: Input) -> int | None:
+    """The Input's value when it is a valid integer in range, else None."""
+    result = widget.validate(widget.value)
+    if result is not None and not result.is_valid:
+        return None
+    try:
+        return int(widget.value)
+    except ValueError:
+        return None
+
+
+class ModelPickerScreen(ModalScreen[LoadOptions | None]):
+    """Pick a GGUF file and how to load it; dismisses with LoadOptions (None on Esc)."""
+
+    DEFAULT_CSS = """
+    ModelPickerScreen { align: center middle; }
+    ModelPickerScreen > Vertical { width: 95%; max-width: 150; height: 95%;
+        border: round $primary; border-title-color: $primary; background: $surface;
+        padding: 0 1; }
+    ModelPickerScreen #model-table { height: 1fr; min-height: 4; }
+    ModelPickerScreen .opts { height: 3; }
+    ModelPickerScreen .opts Label { padding: 1 1 0 1; }
+    ModelPickerScreen #model-path { width: 1fr; }
+    ModelPickerScreen #model-ctx { width: 12; }
+    ModelPickerScreen #model-ngl { width: 8; }
+    ModelPickerScreen #picker-info { height: auto; max-height: 60%; }
+    ModelPickerScreen #picker-card-box { width: 1fr; height: auto; }
+    ModelPickerScreen #picker-fit-box { width: 1fr; height: auto; border-left: solid $panel; }
+    ModelPickerScreen #picker-buttons { height: 1; margin-top: 1; }
+    ModelPickerScreen #picker-buttons Button { margin-left: 1; }
+    ModelPickerScreen #picker-note { width: 1fr; color: $text-muted; }
+    ModelPickerScreen #picker-note.error { color: $error; text-style: bold; }
+    ModelPickerScreen .section { color: $accent; text-style: bold; padding: 0 1; }
+    """
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel", id="models.cancel"),
+        Binding("ctrl+l", "load", "Load", id="models.load"),
+    ]
+
+    class Discovered(Message):
+        """The discovery worker found these files."""
+
+        def __init__(self, entries: list[ModelEntry], error: str = "") -> None:
+            super().__init__()
+            self.entries = entries
+            self.error = error
+
+    class ModelRead(Message):
+        """One file's header was read."""
+
+        def __init__(self, picked: Picked) -> None:
+            super().__init__()
+            self.picked = picked
+
+    class MachineMeasured(Message):
+        """Free GPU memory (None without a GPU) and available RAM."""
+
+        def __init__(self, gpu_free: int | None, ram_free: int | None) -> None:
+            super().__init__()
+            self.gpu_free = gpu_free
+            self.ram_free = ram_free
+
+    def __init__(
+        self,
+        current: LoadOptions | None = None,
+        dirs: Sequence[str | Path] = (),
+        machine: Machine = machine_memory,
+    ) -> None:
+        super().__init__()
+        self.current = current or LoadOptions(model_path="")
+        self.dirs = tuple(dirs)
+        self.machine = machine
+        self.entries: dict[str, ModelEntry] = {}
+        self.picked: Picked | None = None
+        self.gpu_free: int | None = None
+        self.ram_free: int | None = None
+        self._typed = False  # the typed path (not the table row) is what Load takes
+
+    def compose(self) -> ComposeResult:
+        box = Vertical()
+        box.border_title = "Load a model"
+        with box:
+            yield DataTable(id="model-table", cursor_type="row", zebra_stripes=True)
+            with Horizontal(classes="opts"):
+                yield Label("path")
+                yield Input(placeholder="or type the path of a .gguf file", id="model-path")
+                yield Label("ctx")
+                yield Input(
+                    str(self.current.n_ctx),
+                    type="integer",
+                    validators=[Integer(MIN_CTX, MAX_CTX)],
+                    id="model-ctx",
+                )
+                yield Label("GPU layers")
+                yield Input(
+                    str(self.current.n_gpu_layers),
+                    type="integer",
+                    validators=[Integer(-1, 999)],
+                    tooltip="-1 = all layers",
+                    id="model-ngl",
+                )
+            with Horizontal(id="picker-info"):
+                with Vertical(id="picker-card-box"):
+                    yield Static("Model card", classes="section")
+                    yield CardView(id="picker-card")
+                with Vertical(id="picker-fit-box"):
+                    yield Static("Memory (before loading)", classes="section")
+                    yield FitView(id="picker-fit")
+            with Horizontal(id="picker-buttons"):
+                yield Static("finding GGUF files…", id="picker-note")
+                yield Button("Load", variant="primary", id="load", compact=True)
+                yield Button("Cancel", id="cancel", compact=True)
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("file", "quant", "size", "params", "source", "path")
+        table.focus()
+        self._discover()
+        self._measure()
+
+    # ---- workers ----------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="models-discover", exit_on_error=False)
+    def _discover(self) -> None:
+        try:
+            self.post_message(self.Discovered(discover(self.dirs)))
+        except EngineError as exc:
+            self.post_message(self.Discovered(discover(), str(exc)))
+
+    @work(thread=True, exclusive=True, group="models-machine", exit_on_error=False)
+    def _measure(self) -> None:
+        self.post_message(self.MachineMeasured(*self.machine()))
+
+    @work(thread=True, exclusive=True, group="models-read", exit_on_error=False)
+    def _read(self, path: str) -> None:
+        self.post_message(self.ModelRead(read_model(path)))
+
+    # ---- messages -----------------------------------------------------------------------------
+
+    def on_model_picker_screen_discovered(self, message: Discovered) -> None:
+        table = self.query_one(DataTable)
+        table.clear()
+        self.entries = {e.path: e for e in message.entries}
+        bad = self.app.theme_variables.get("error", "red")
+        for e in message.entries:
+            size = f"{e.size_bytes / 2**20:,.1f} MiB"
+            params = f"{e.n_params / 1e6:,.0f}M" if e.n_params else "-"
+            name = Path(e.path).name
+            if e.ok:
+                cells = [name, e.quant, size, params, e.source, e.path]
+            else:
+                red = [Text(t, style=bad, end="") for t in (name, "invalid", e.error)]
+                cells = [red[0], red[1], size, params, e.source, red[2]]
+            table.add_row(*cells, key=e.path)
+        current = self.current.model_path
+        if current in self.entries:
+            table.move_cursor(row=table.get_row_index(current))
+        n_ok = sum(e.ok for e in message.entries)
+        note = f"{n_ok} loadable GGUF file(s) found; Enter or ctrl+l loads the highlighted one"
+        self._note(message.error or note, error=bool(message.error))
+        if not message.entries:
+            self._note("no GGUF files found: type a path", error=True)
+
+    def on_model_picker_screen_model_read(self, message: ModelRead) -> None:
+        if message.picked.path != self._wanted_path():
+            return  # the user has moved on
+        self._show(message.picked)
+
+    def on_model_picker_screen_machine_measured(self, message: MachineMeasured) -> None:
+        self.gpu_free, self.ram_free = message.gpu_free, message.ram_free
+        self._update_fit()
+
+    # ---- the user ---------------------------------------------------------------------------
+
+    @on(DataTable.RowHighlighted)
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key.value is None:
+            return
+        self._typed = False
+        self._pick(event.row_key.value)
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        self._typed = False
+        self.action_load()
+
+    @on(Input.Changed, "#model-path")
+    def _path_changed(self, event: Input.Changed) -> None:
+        self._typed = bool(event.value.strip())
+        self._pick(self._wanted_path())
+
+    @on(Input.Submitted)
+    def _submitted(self, event: Input.Submitted) -> None:
+        self.action_load()
+
+    @on(Input.Changed, "#model-ctx, #model-ngl")
+    def _opts_changed(self, event: Input.Changed) -> None:
+        self._update_fit()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.action_load() if event.button.id == "load" else self.action_cancel()
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    def action_load(self) -> None:
+        path = self._wanted_path()
+        if not path:
+            self._note("choose a model in the list or type a path", error=True)
+            return
+        picked = self.picked if self.picked and self.picked.path == path else read_model(path)
+        self._show(picked)
+        if picked.error:
+            self.app.bell()
+            return
+        ctx, ngl = self._ctx(), self._ngl()
+        if ctx is None:
+            self._note(f"ctx must be a whole number from {MIN_CTX} to {MAX_CTX:,}", error=True)
+            return
+        if ngl is None:
+            top = self._max_ngl()
+            self._note(f"GPU layers must be a whole number from -1 to {top}", error=True)
+            return
+        self.dismiss(replace(self.current, model_path=path, n_ctx=ctx, n_gpu_layers=ngl))
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    def _wanted_path(self) -> str:
+        typed = self.query_one("#model-path", Input).value.strip()
+        if self._typed and typed:
+            return str(Path(typed).expanduser())
+        table = self.query_one(DataTable)
+        if not table.row_count:
+            return ""
+        return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value or "")
+
+    def _pick(self, path: str) -> None:
+        if not path:
+            self._show(None)
+            return
+        entry = self.entries.get(path)
+        if entry is not None and not entry.ok:
+            self._show(Picked(path, error=entry.error))  # known bad: no need to read it again
+            return
+        self._read(path)
+
+    def _show(self, picked: Picked | None) -> None:
+        self.picked = picked
+        view = self.query_one(CardView)
+        view.error = picked.error if picked else ""
+        view.card = picked.card if picked else None
+        if picked and picked.card:
+            ngl = self.query_one("#model-ngl", Input)
+            ngl.validators = [Integer(-1, self._max_ngl())]
+            ngl.validate(ngl.value)
+        self.query_one("#load", Button).disabled = picked is None or bool(picked.error)
+        if picked and picked.error:
+            self._note("this file cannot be loaded (see why above): choose another", error=True)
+        elif picked:
+            self._note(f"{Path(picked.path).name}: Enter or ctrl+l loads it")
+        self._update_fit()
+
+    def _max_ngl(self) -> int:
+        card = self.picked.card if self.picked else None
+        return card.n_layers + 1 if card else 999
+
+    def _ctx(self) -> int | None:
+        return int_value(self.query_one("#model-ctx", Input))
+
+    def _ngl(self) -> int | None:
+        return int_value(self.query_one("#model-ngl", Input))
+
+    def _update_fit(self) -> None:
+        view = self.query_one(FitView)
+        shape = self.picked.shape if self.picked else None
+        ctx, ngl = self._ctx(), self._ngl()
+        if shape is None or ctx is None or ngl is None:
+            view.report = None
+            return
+        view.trained_ctx = self.picked.card.context_length if self.picked.card else 0
+        view.report = fit.fit_report(shape, ctx, ngl, self.gpu_free, self.ram_free)
+
+    def _note(self, text: str, error: bool = False) -> None:
+        note = self.query_one("#picker-note", Static)
+        note.update(text)
+        note.set_class(error, "error")

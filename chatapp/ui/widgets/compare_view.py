@@ -1,0 +1,149 @@
+"""Views of a comparison: the figures table with per-file status, bars, and replies side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.markup import escape
+from textual.widgets import DataTable, Static
+
+from chatapp.compare import BARS, COLUMNS, CompareResult, RunResult
+
+STATUS = "status"
+BAR_WIDTH = 18
+NAME_WIDTH = 20
+LABEL_WIDTH = 20
+
+
+def cells(r: RunResult) -> list[str]:
+    """The figures of one run, formatted like `chatapp compare` ("-" where missing)."""
+    return ["-" if (v := get(r)) is None else fmt.format(v) for _, get, fmt in COLUMNS]
+
+
+def short_name(name: str, width: int = NAME_WIDTH) -> str:
+    """A file name cut in the middle, so the distinguishing end (…Q8_0.gguf) stays."""
+    if len(name) <= width:
+        return name
+    head = (width - 1) // 2
+    return name[:head] + "…" + name[-(width - 1 - head) :]
+
+
+def status_text(r: RunResult) -> str:
+    """One word or two for a finished run (the full error is shown with its reply)."""
+    if r.error:
+        return "✗ failed"
+    if r.note:
+        return "⚠ see note"
+    return "reference" if r.is_reference else "ok"
+
+
+def bar(value: float, top: float, width: int = BAR_WIDTH) -> str:
+    """A horizontal bar in eighths of a cell, `value` out of `top`."""
+    eighths = int(round(width * 8 * value / top)) if top > 0 else 0
+    full, part = divmod(max(eighths, 0), 8)
+    return "█" * full + ("▏▎▍▌▋▊▉"[part - 1] if part else "")
+
+
+def labels(runs: Sequence[RunResult]) -> list[str]:
+    """Short names for the runs: the quantization when every file has its own, else the file."""
+    quants = [r.quant for r in runs]
+    if len(set(quants)) == len(quants):
+        return quants
+    return [short_name(r.name, LABEL_WIDTH) for r in runs]
+
+
+def bars_markup(result: CompareResult) -> str:
+    """Decode speed, agreement and size as bars (the longest bar is the best or largest)."""
+    names = labels(result.runs)
+    width = max(len(n) for n in names)
+    out: list[str] = []
+    for title, get, unit in BARS:
+        values = [get(r) or 0.0 for r in result.runs]
+        top = max(values, default=0.0)
+        out.append(f"[b $accent]{title}[/]")
+        for name, r, v in zip(names, result.runs, values, strict=True):
+            shown = f"[$spark-max]{bar(v, top)}[/] {v:.1f}{unit}"
+            if r.error:
+                shown = "[$error]failed[/]"
+            out.append(f" {escape(name.ljust(width))} {shown}")
+    return "\n".join(out)
+
+
+class CompareTable(DataTable):
+    """One row per file; the status column (second) says queued, running…, ok or failed."""
+
+    DEFAULT_CSS = """
+    CompareTable { height: auto; max-height: 10; }
+    """
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        first, *rest = [header for header, _, _ in COLUMNS]
+        self.add_column(first, key=first)
+        self.add_column(STATUS, key=STATUS)
+        for header in rest:
+            self.add_column(header, key=header)
+
+    def queue(self, files: Sequence[str]) -> None:
+        """Rows for files about to run, figures empty."""
+        self.clear()
+        blank = [""] * (len(COLUMNS) - 1)
+        for path in files:
+            self.add_row(short_name(Path(path).name), "queued", *blank, key=path)
+
+    def mark(self, path: str, status: str) -> None:
+        """Set one row's status (a path not in the table is ignored)."""
+        if path in self.rows:
+            self.update_cell(path, STATUS, status)
+
+    def show(self, result: CompareResult) -> None:
+        """The figures of a finished comparison, failures in the error colour."""
+        self.clear()
+        bad = self.app.theme_variables.get("error", "red")
+        warn = self.app.theme_variables.get("warning", "yellow")
+        for r in result.runs:
+            row: list[str | Text] = [short_name(r.name), status_text(r), *cells(r)[1:]]
+            if r.error or r.note:
+                style = bad if r.error else warn
+                row[0] = Text(str(row[0]), style=style, end="")
+                row[1] = Text(str(row[1]), style=style, end="")
+            self.add_row(*row, key=r.path)
+
+
+class RepliesView(Horizontal):
+    """Each file's greedy reply in its own column."""
+
+    DEFAULT_CSS = """
+    RepliesView { height: 1fr; }
+    RepliesView > VerticalScroll { width: 1fr; border: round $panel;
+        border-title-color: $accent; padding: 0 1; }
+    RepliesView > VerticalScroll.failed { border: round $error; }
+    RepliesView .reply-text { height: auto; }
+    RepliesView .reply-error { color: $error; height: auto; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static("[$text-muted]the replies appear here when the comparison ends[/]")
+
+    async def show(self, runs: Sequence[RunResult]) -> None:
+        """Replace the columns with one per run."""
+        await self.remove_children()
+        columns = []
+        for name, r in zip(labels(runs), runs, strict=True):
+            column = VerticalScroll(classes="failed" if r.error else "")
+            column.border_title = name + (" (reference)" if r.is_reference else "")
+            if r.error:
+                text = Static(f"✗ {escape(r.error)}", classes="reply-error")
+            else:
+                reply = r.text or "(empty reply)"
+                if r.note:
+                    reply = f"{reply}\n\n⚠ {r.note}"
+                text = Static(reply, markup=False, classes="reply-text")
+            columns.append((column, text))
+        await self.mount_all([c for c, _ in columns])
+        for column, text in columns:
+            await column.mount(text)

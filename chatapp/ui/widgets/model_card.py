@@ -1,0 +1,156 @@
+"""Model card, memory fit and what-if views, drawn from GGUF headers and chatapp.fit."""
+
+from __future__ import annotations
+
+from textual.markup import escape
+from textual.reactive import reactive
+from textual.widgets import Static
+
+from chatapp import fit
+from chatapp.gguf_info import ModelCard
+
+
+def machine_memory() -> tuple[int | None, int | None]:
+    """Free GPU memory (all NVIDIA GPUs together, None without one) and available RAM."""
+    gpus = fit.gpu_memory()
+    return (sum(g.free_bytes for g in gpus) if gpus else None), fit.ram_available()
+
+
+def fits(report: fit.FitReport) -> bool:
+    """Whether the estimate fits the free RAM and (with a GPU) the free GPU memory."""
+    e = report.estimate
+    if report.ram_available_bytes is not None and e.ram_bytes > report.ram_available_bytes:
+        return False
+    gpu = report.gpu_free_bytes
+    return not (gpu and e.gpu_bytes > gpu - fit.GPU_RESERVE)
+
+
+def ngl_text(ngl: int, n_layers: int) -> str:
+    """llama.cpp's GPU layer count in words (-1 or n_layers + 1 = all)."""
+    if ngl < 0 or ngl > n_layers:
+        return f"all ({n_layers + 1})"
+    return str(ngl)
+
+
+def card_rows(card: ModelCard) -> list[tuple[str, str]]:
+    """The facts of a model card as (label, value) pairs."""
+    mix = ", ".join(f"{name} x{count}" for name, count in card.tensor_types)
+    template = "yes" if card.has_chat_template else "no (a plain template is used)"
+    return [
+        ("name", card.name),
+        ("architecture", card.architecture or "-"),
+        ("license", card.license or "-"),
+        ("parameters", f"{card.n_params / 1e6:,.1f}M"),
+        ("quantization", f"{card.quant} ({card.bits_per_weight:.2f} bits per weight)"),
+        ("tensor types", mix),
+        ("file size", fit.gib(card.file_size)),
+        ("layers", str(card.n_layers)),
+        ("heads", f"{card.n_heads} (KV heads {card.n_kv_heads}, head dim {card.head_dim})"),
+        ("embedding", str(card.n_embd)),
+        ("vocabulary", f"{card.vocab_size:,} ({card.tokenizer or 'unknown'} tokenizer)"),
+        ("trained ctx", f"{card.context_length:,} tokens"),
+        ("chat template", template),
+        ("GGUF", f"version {card.gguf_version}, {card.n_tensors} tensors"),
+    ]
+
+
+def _rows_markup(rows: list[tuple[str, str]], width: int = 14) -> str:
+    return "\n".join(f"[b]{label:<{width}}[/]{escape(value)}" for label, value in rows)
+
+
+def card_markup(card: ModelCard) -> str:
+    """A model card as Textual markup."""
+    text = _rows_markup(card_rows(card))
+    for warning in card.warnings:
+        text += f"\n[$warning]⚠ {escape(warning)}[/]"
+    return text
+
+
+def fit_markup(report: fit.FitReport, trained_ctx: int = 0) -> str:
+    """A fit report as Textual markup: the parts, the machine, the verdict."""
+    e, n = report.estimate, report.n_layers
+    gpu = report.gpu_free_bytes
+    total = e.weights_bytes + e.kv_bytes + e.compute_bytes
+    rows = [
+        ("weights", fit.gib(e.weights_bytes)),
+        ("KV cache", f"{fit.gib(e.kv_bytes)} (f16, ctx {e.n_ctx:,})"),
+        ("compute", f"{fit.gib(e.compute_bytes)} (estimate)"),
+        ("total", fit.gib(total)),
+        ("RAM free", fit.gib(report.ram_available_bytes)),
+        ("GPU free", fit.gib(gpu) if gpu else "no GPU found"),
+        ("GPU layers", f"{report.gpu_layers_fit} of {n + 1} fit" if gpu else "none (CPU only)"),
+    ]
+    if gpu:
+        split = f"GPU {fit.gib(e.gpu_bytes)}, RAM {fit.gib(e.ram_bytes)}"
+        rows.append(("split", f"{split} at {ngl_text(e.n_gpu_layers, n)} GPU layers"))
+    badge = "[b reverse $success] fits [/]"
+    if not fits(report):
+        badge = "[b reverse $error] does not fit [/]"
+    text = _rows_markup(rows) + f"\n{badge} [$text-muted]{escape(report.verdict)}[/]"
+    if trained_ctx and e.n_ctx > trained_ctx:
+        text += f"\n[$warning]⚠ ctx {e.n_ctx:,} is above the trained {trained_ctx:,} tokens[/]"
+    return text
+
+
+def what_if_markup(params_b: float, memory: int, n_ctx: int) -> str:
+    """The what-if table (an N-billion model at F16..Q2_K vs a memory size) as markup."""
+    ref, rows = fit.what_if(params_b, memory, n_ctx)
+    out = [
+        f"A {params_b:g}B model (KV sized like {ref}) at ctx {n_ctx:,} vs {fit.gib(memory)}:",
+        f"[b]{'quant':<8}{'bpw':>6}{'weights':>12}{'KV':>11}{'compute':>11}{'total':>12}  fits[/]",
+    ]
+    for r in rows:
+        verdict = "[$success]yes[/]" if r.fits else "[$error]no[/]"
+        out.append(
+            f"{r.quant:<8}{r.bits_per_weight:>6.2f}{fit.gib(r.weights_bytes):>12}"
+            f"{fit.gib(r.kv_bytes):>11}{fit.gib(r.compute_bytes):>11}"
+            f"{fit.gib(r.total_bytes):>12}  {verdict}"
+        )
+    return "\n".join(out)
+
+
+class CardView(Static):
+    """A model card, or the sentence saying why the file cannot be loaded."""
+
+    DEFAULT_CSS = """
+    CardView { height: auto; padding: 0 1; }
+    CardView.error { color: $error; text-style: bold; }
+    """
+
+    card: reactive[ModelCard | None] = reactive(None)
+    """The card shown (None: nothing, or the error)."""
+    error: reactive[str] = reactive("")
+    """Why the file cannot be loaded; shown instead of the card when set."""
+
+    def watch_card(self) -> None:
+        self._draw()
+
+    def watch_error(self) -> None:
+        self._draw()
+
+    def _draw(self) -> None:
+        self.set_class(bool(self.error), "error")
+        if self.error:
+            self.update(f"✗ {escape(self.error)}")
+        elif self.card is not None:
+            self.update(card_markup(self.card))
+        else:
+            self.update("[$text-muted]no model selected[/]")
+
+
+class FitView(Static):
+    """Memory needed at the chosen ctx and GPU layers vs this machine's free memory."""
+
+    DEFAULT_CSS = """
+    FitView { height: auto; padding: 0 1; }
+    """
+
+    report: reactive[fit.FitReport | None] = reactive(None)
+    """The fit shown (None: nothing to estimate)."""
+    trained_ctx: int = 0  # the model's trained context, for a warning above it
+
+    def watch_report(self, report: fit.FitReport | None) -> None:
+        if report is None:
+            self.update("")
+        else:
+            self.update(fit_markup(report, self.trained_ctx))
