@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from chatapp import paths
+from chatapp.engine.local import real_std_streams
 from chatapp.engine.protocol import EngineError
 from chatapp.gguf_info import inspect
 
@@ -133,7 +134,8 @@ def quantize(
         name="chatapp-quantize",
         daemon=True,
     )
-    proc.start()
+    with real_std_streams():  # a TUI's sys.stderr has no fd for multiprocessing to pass
+        proc.start()
     proc.join(timeout)
     timed_out = proc.is_alive()
     if timed_out:

@@ -90,7 +90,7 @@ class LocalEngine:
             name="chatapp-worker",
             daemon=True,
         )
-        with _real_std_streams():
+        with real_std_streams():
             proc.start()
         child.close()
         side_child.close()
@@ -272,7 +272,7 @@ def _rotate(log: Path) -> None:
 
 
 @contextlib.contextmanager
-def _real_std_streams():
+def real_std_streams():
     """multiprocessing passes sys.stderr's fd to its helper process; a TUI (or pytest) may have
     swapped in an object without one, so point both at /dev/null while spawning."""
     saved = sys.stdout, sys.stderr

@@ -12,8 +12,11 @@ from chatapp.engine.protocol import ChatMessage, LoadOptions
 from chatapp.store import StoreError
 from chatapp.ui.prompt_input import PromptInput
 from chatapp.ui.reply import stored_footer
+from chatapp.ui.screens.compare import CompareScreen
 from chatapp.ui.screens.conversations import Choice, ConversationsScreen
 from chatapp.ui.screens.help import HelpScreen
+from chatapp.ui.screens.model_card import ModelCardScreen
+from chatapp.ui.screens.models import ModelPickerScreen
 from chatapp.ui.screens.system_prompt import SystemPromptScreen
 from chatapp.ui.widgets.chat import MessageView
 
@@ -179,3 +182,28 @@ class ChatActions(_Base):
         i = ours.index(self.theme) if self.theme in ours else -1
         self.theme = ours[(i + 1) % len(ours)]
         self.notify(f"theme: {self.theme}")
+
+    def action_pick_model(self) -> None:
+        if self.options is None:
+            self.notify("Connected to a server: there is no local model to switch.")
+            return
+        if self.reply is not None or self._loading:
+            self.notify("Wait for the reply (Esc stops it) or the load to finish first.")
+            return
+
+        def done(options: LoadOptions | None) -> None:
+            if options is not None:
+                self.model_label = Path(options.model_path).name
+                self.switch_model(options)  # the conversation stays
+
+        self.push_screen(ModelPickerScreen(self.options), done)
+
+    def action_model_card(self) -> None:
+        if self.info is None:
+            self.notify("No model is loaded yet.")
+            return
+        self.push_screen(ModelCardScreen.from_info(self.info))
+
+    def action_compare_models(self) -> None:
+        source = self.info.path if self.info else (self.options and self.options.model_path)
+        self.push_screen(CompareScreen(source=source or None))
