@@ -291,3 +291,21 @@ def test_missing_key_variable(monkeypatch):
     monkeypatch.delenv("CHATAPP_TEST_NO_SUCH_KEY", raising=False)
     with pytest.raises(EngineError, match=r"\$CHATAPP_TEST_NO_SUCH_KEY is not set"):
         RemoteEngine("http://127.0.0.1:9", api_key_env="CHATAPP_TEST_NO_SUCH_KEY").start()
+
+
+async def test_tui_chats_over_the_server(server):
+    """The same chat and panels over a real server: reply, candidates, a note on live settings."""
+    from test_ui import SIZE, send, wait_until
+
+    from chatapp.ui.app import ChatApp
+
+    app = ChatApp(lambda: RemoteEngine(server, read_timeout=60))
+    app.settings = GREEDY.with_(max_tokens=12)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Say hello.")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None, 60)
+        reply = app.last_reply
+        assert reply.finished is not None and reply.finished.text.strip()
+        assert app.conversation[-1].content == reply.finished.text
+        assert app.probs.candidates, "top_logprobs fill the probability panel"
+        assert app.stats_panel.stats.tokens == len(reply.tokens) > 0
