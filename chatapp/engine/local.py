@@ -161,7 +161,7 @@ class LocalEngine:
             except (OSError, ValueError) as exc:
                 raise self._crashed("the model worker stopped") from exc
 
-    def _recv(self, timeout: float | None = None, what: str = "a reply"):
+    def _recv(self, timeout: float | None = None, what: str = "generating a reply"):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
@@ -178,6 +178,8 @@ class LocalEngine:
                 raise self._crashed(f"the model worker did not answer while {what}")
 
     def _crashed(self, message: str) -> EngineCrashed:
+        if self._proc is not None:
+            self._proc.join(timeout=2.0)  # the pipe can close before the exit is reaped
         code = self._proc.exitcode if self._proc is not None else None
         if code is not None and code < 0:
             import signal
