@@ -41,10 +41,12 @@ TEMPLATE_TIMEOUT_S = 2.0
 def main(conn: Connection, side: Connection, options: LoadOptions, log_path: str) -> None:
     """Entry point of the worker process."""
     _redirect_output(log_path)
+    log_start = os.path.getsize(log_path)
     try:
         worker = Worker(options)
     except Exception as exc:  # noqa: BLE001 - every load failure becomes one message
-        conn.send(("load_failed", _load_error(options.model_path, exc)))
+        reason = _load_error(options.model_path, exc, _log_since(log_path, log_start))
+        conn.send(("load_failed", reason))
         return
     conn.send(("loaded", worker.info))
     threading.Thread(target=worker.serve_side, args=(side,), daemon=True).start()
@@ -61,10 +63,29 @@ def _redirect_output(log_path: str) -> None:
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
 
 
-def _load_error(path: str, exc: Exception) -> str:
+_LOAD_ERROR_RE = re.compile(r"error loading model: (.+)")
+
+
+def _log_since(log_path: str, offset: int) -> str:
+    """What was written to the log since `offset` (llama.cpp's reasons for a failed load)."""
+    try:
+        sys.stderr.flush()
+        with open(log_path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read()[-65536:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _load_error(path: str, exc: Exception, log_text: str = "") -> str:
+    """One sentence: llama.cpp's own reason from the log, not its generic exception text."""
     reason = str(exc).strip() or type(exc).__name__
     if "Failed to load model from file" in reason:
-        reason = "llama.cpp could not load it (see the log for details)"
+        found = _LOAD_ERROR_RE.findall(log_text)
+        if found:
+            reason = f"llama.cpp says: {found[-1].strip()}"
+        else:
+            reason = "llama.cpp could not load it (see the log for details)"
     return f"could not load {path}: {reason}"
 
 
