@@ -6,7 +6,6 @@ import codecs
 import ctypes
 import os
 import re
-import signal
 import sys
 import threading
 import time
@@ -31,6 +30,7 @@ from chatapp.engine.protocol import (
     Token,
     TokenPiece,
 )
+from chatapp.engine.timebound import call_with_timeout
 from chatapp.metrics import stats_from_times
 from chatapp.sampling import SamplerSettings
 
@@ -288,21 +288,13 @@ class Worker:
         return template.render_fallback(req.messages), warning
 
     def _render_bounded(self, source: str, req: GenerateRequest) -> str:
-        def on_alarm(signum, frame):
-            raise TimeoutError(f"took longer than {TEMPLATE_TIMEOUT_S:g} s")
-
+        """The model's template, stopped after TEMPLATE_TIMEOUT_S (it comes from the file)."""
         bos = self.piece(self.bos_id).decode("utf-8", "replace") if self.bos_id >= 0 else ""
         eos = self.piece(self.eos_id).decode("utf-8", "replace") if self.eos_id >= 0 else ""
-        in_main = threading.current_thread() is threading.main_thread()
-        if in_main:
-            old = signal.signal(signal.SIGALRM, on_alarm)
-            signal.setitimer(signal.ITIMER_REAL, TEMPLATE_TIMEOUT_S)
-        try:
-            return template.render(source, req.messages, bos_token=bos, eos_token=eos)
-        finally:
-            if in_main:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, old)
+        return call_with_timeout(
+            lambda: template.render(source, req.messages, bos_token=bos, eos_token=eos),
+            TEMPLATE_TIMEOUT_S,
+        )
 
     # ---- serving ------------------------------------------------------------------------
 
