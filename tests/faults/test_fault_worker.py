@@ -153,7 +153,7 @@ async def test_worker_killed_between_replies_then_send(model_path):
             prompt.text = "And again?"
             await pilot.press("enter")
             await wait_until(pilot, lambda: app.engine is not None and app.engine.alive)
-            await wait_until(pilot, lambda: len(app.conversation) == 4, timeout=4)
+            await wait_until(pilot, lambda: len(app.conversation) == 4, timeout=3)
             assert [i.role for i in app.chat.items()] == ["user", "assistant"] * 2
     finally:
         _reap(pid)
