@@ -39,9 +39,13 @@ class Tmux:
         flags = [x for k, v in env.items() for x in ("-e", f"{k}={v}")]
         self.tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "40", *flags,
                   "bash --norc --noprofile --noediting")  # fmt: skip
-        self.wait_for("re:(?m)[$#]$", timeout=10)
-        self.line("PS1='READY$ '; clear")  # a prompt the tests can wait for
-        self.wait_for(PROMPT, timeout=10)
+        try:
+            self.wait_for("re:(?m)[$#]$", timeout=10)
+            self.line("PS1='READY$ '; clear")  # a prompt the tests can wait for
+            self.wait_for(PROMPT, timeout=10)
+        except BaseException:
+            self.close()  # never leave a tmux server behind
+            raise
 
     def tmux(self, *args: str) -> str:
         r = subprocess.run(
@@ -89,6 +93,8 @@ class Tmux:
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+        socket = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}" / self.socket
+        socket.unlink(missing_ok=True)
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
