@@ -53,9 +53,9 @@ def _with_async_exc(fn: Callable[[], T], seconds: float, message: str) -> T:
 
     timer = threading.Timer(seconds, fire)
     timer.daemon = True
-    timer.start()
     try:
         try:
+            timer.start()  # inside the try: under load it can fire before start() returns
             return fn()
         finally:
             with lock:

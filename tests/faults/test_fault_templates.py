@@ -101,8 +101,20 @@ def test_time_bound_in_a_thread_leaves_no_stray_exception():
         [i * i for i in range(100_000)]  # a stray async exception would surface here
         outcomes.append("clean")
 
+    busy = threading.Event()
+
+    def burn() -> None:  # another busy thread: the timer then often fires at awkward moments
+        while not busy.is_set():
+            sum(range(1000))
+
+    burner = threading.Thread(target=burn, daemon=True)
+    burner.start()
     thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(30)
-    assert outcomes[-1] == "clean" and len(outcomes) == 201
+    try:
+        thread.start()
+        thread.join(60)
+    finally:
+        busy.set()
+        burner.join()
+    assert outcomes[-1] == "clean" and len(outcomes) == 201, outcomes[-3:]
     assert "timeout" in outcomes
