@@ -240,7 +240,8 @@ def _parse(path: str, fh, size: int) -> Header:
     room = size - c.pos
     if n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_BYTES > room:
         raise c.bad(
-            f"the header claims {n_kv:,} metadata entries and {n_tensors:,} tensors, "
+            f"the header claims {_count(n_kv, 'metadata entry', 'metadata entries')} and "
+            f"{_count(n_tensors, 'tensor', 'tensors')}, "
             f"more than a {size:,}-byte file can hold"
         )
     metadata: dict[str, object] = {}
@@ -273,6 +274,10 @@ def _parse(path: str, fh, size: int) -> Header:
         tensors.append(TensorInfo(tname, shape, type_id, data_offset + rel, nbytes))
         expected = rel + -(-nbytes // alignment) * alignment
     return Header(path, version, size, metadata, tuple(tensors), data_offset, alignment)
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
 
 
 def _read_value(c: _Cursor, key: str) -> object:

@@ -93,6 +93,11 @@ class Store:
 
     def _connect(self, busy_timeout_ms: int) -> sqlite3.Connection:
         directory = self.path.parent
+        if self.path.is_dir():
+            raise StoreError(
+                f"the history database {self.path} is a directory; move it away or set "
+                "CHATAPP_DATA_DIR"
+            )
         if self.read_only:
             if not self.path.is_file():
                 raise StoreError(f"there is no history database at {self.path}")

@@ -92,5 +92,6 @@ def test_not_a_gguf_file_via_cli(tmp_path):
     assert r.returncode == 1
     assert (
         r.stderr.strip()
-        == f"error: {bad} is not a GGUF model file (it does not start with the GGUF magic)"
+        == f"error: {bad} is not a GGUF model file (it is a ZIP archive, e.g. a PyTorch "
+        "checkpoint; convert it to GGUF first)"
     )

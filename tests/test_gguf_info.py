@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from gguf_builders import build, kv_str, kv_str_array, kv_u32, s, tensor, write
 
 from chatapp import gguf_info
 from chatapp.bundled import smollm2_path
@@ -23,68 +24,6 @@ def _dirs(tmp_path_factory):
         for name in ("CACHE", "DATA", "CONFIG"):
             mp.setenv(f"CHATAPP_{name}_DIR", str(root / name.lower()))
         yield
-
-
-# ---- a tiny GGUF writer ----------------------------------------------------------------------
-
-
-def s(text: str | bytes) -> bytes:
-    data = text.encode() if isinstance(text, str) else text
-    return struct.pack("<Q", len(data)) + data
-
-
-def kv_str(key: str, value: str) -> bytes:
-    return s(key) + struct.pack("<I", 8) + s(value)
-
-
-def kv_u32(key: str, value: int) -> bytes:
-    return s(key) + struct.pack("<II", 4, value)
-
-
-def kv_str_array(key: str, values: list[str]) -> bytes:
-    return s(key) + struct.pack("<IIQ", 9, 8, len(values)) + b"".join(s(v) for v in values)
-
-
-def tensor(name: str, dims: tuple[int, ...], ggml_type: int = 0, offset: int = 0) -> bytes:
-    return (
-        s(name)
-        + struct.pack("<I", len(dims))
-        + struct.pack(f"<{len(dims)}Q", *dims)
-        + struct.pack("<IQ", ggml_type, offset)
-    )
-
-
-def build(
-    kvs: list[bytes] | None = None,
-    tensors: list[bytes] | None = None,
-    data: bytes = b"\0" * 128,
-    version: int = 3,
-    n_kv: int | None = None,
-    n_tensors: int | None = None,
-    magic: bytes = b"GGUF",
-) -> bytes:
-    """A GGUF file: by default one F32 tensor of 32 elements and an architecture key."""
-    kvs = (
-        [kv_str("general.architecture", "llama"), kv_u32("llama.block_count", 1)]
-        if kvs is None
-        else kvs
-    )
-    tensors = [tensor("blk.0.w", (32,))] if tensors is None else tensors
-    head = magic + struct.pack(
-        "<IQQ",
-        version,
-        len(tensors) if n_tensors is None else n_tensors,
-        len(kvs) if n_kv is None else n_kv,
-    )
-    body = head + b"".join(kvs) + b"".join(tensors)
-    body += b"\0" * (-len(body) % 32)
-    return body + data
-
-
-def write(tmp_path: Path, data: bytes, name: str = "m.gguf") -> Path:
-    path = tmp_path / name
-    path.write_bytes(data)
-    return path
 
 
 def refused(path: Path) -> str:

@@ -31,9 +31,18 @@ def _when(ts: float) -> str:
 def _open(read_only: bool) -> Store | None:
     """The history store, or None when no database has been written yet."""
     path = default_db_path()
-    if not path.exists():
+    if not path.exists() or _empty_file(path):
         return None
     return Store(path, read_only=read_only)
+
+
+def _empty_file(path: Path) -> bool:
+    """A 0-byte database (created, never written, e.g. by `touch`) is an empty history."""
+    wal = path.with_name(path.name + "-wal")
+    try:
+        return path.stat().st_size == 0 and (not wal.exists() or wal.stat().st_size == 0)
+    except OSError:
+        return False
 
 
 def _get(conversation_id: int) -> tuple[Conversation, list[Message]]:

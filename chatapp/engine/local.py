@@ -32,26 +32,14 @@ POLL_S = 0.05
 
 
 def check_model_file(path: str) -> None:
-    """Refuse what is plainly not a model file before a worker is spawned."""
-    p = Path(path)
-    if not p.exists():
-        raise EngineError(f"model file not found: {path}")
-    if p.is_dir():
-        raise EngineError(f"{path} is a directory, not a GGUF model file")
-    try:
-        with p.open("rb") as fh:
-            magic = fh.read(4)
-    except PermissionError as exc:
-        raise EngineError(f"cannot read {path}: permission denied") from exc
-    except OSError as exc:
-        raise EngineError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    if magic != b"GGUF":
-        what = "it is empty" if not magic else "it does not start with the GGUF magic"
-        raise EngineError(f"{path} is not a GGUF model file ({what})")
-    try:
-        from chatapp.gguf_info import validate  # header checks, when that module is present
-    except ImportError:
-        return
+    """Refuse what is plainly not a model file before a worker is spawned.
+
+    The same checks and words as `chatapp inspect` (gguf_info.validate): a missing file, a
+    directory, a FIFO (never opened: that would block), an HTML page from a failed download, a
+    bad header; each one sentence naming the file.
+    """
+    from chatapp.gguf_info import validate
+
     validate(path)
 
 
@@ -69,6 +57,7 @@ class LocalEngine:
         self._side = None
         self._send_lock = threading.Lock()
         self._side_lock = threading.Lock()
+        self._kill_reason = ""
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -76,6 +65,7 @@ class LocalEngine:
         """Spawn a worker and load the model; raises EngineError naming the file and reason."""
         check_model_file(self.options.model_path)
         self.close()
+        self._kill_reason = ""
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         side_parent, side_child = ctx.Pipe()
@@ -137,9 +127,10 @@ class LocalEngine:
                 pass
         self.info = None
 
-    def kill(self) -> None:
-        """Stop a stuck worker at once."""
+    def kill(self, reason: str = "it did not stop when asked") -> None:
+        """Stop a stuck worker at once; the reply in progress then fails, giving `reason`."""
         if self._proc is not None and self._proc.is_alive():
+            self._kill_reason = reason
             self._proc.kill()
 
     def __enter__(self) -> LocalEngine:
@@ -161,35 +152,43 @@ class LocalEngine:
             except (OSError, ValueError) as exc:
                 raise self._crashed("the model worker stopped") from exc
 
-    def _recv(self, timeout: float | None = None, what: str = "generating a reply"):
+    def _recv(self, timeout: float | None = None, what: str = "writing a reply"):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
                 if self._conn.poll(POLL_S):
                     return self._conn.recv()
             except (EOFError, OSError) as exc:
-                raise self._crashed(f"the model worker died while {what}") from exc
+                raise self._crashed(self._death(what)) from exc
             if self._proc is None or not self._proc.is_alive():
                 if self._conn.poll(0):
                     continue  # read what it sent before it ended
-                raise self._crashed(f"the model worker died while {what}")
+                raise self._crashed(self._death(what))
             if deadline is not None and time.monotonic() > deadline:
-                self.kill()
-                raise self._crashed(f"the model worker did not answer while {what}")
+                self.kill(f"it did not answer while {what}")
+                raise self._crashed(self._death(what))
+
+    def _death(self, what: str) -> str:
+        if self._kill_reason:
+            return f"the model worker was ended because {self._kill_reason}"
+        return f"the model worker died while {what}"
 
     def _crashed(self, message: str) -> EngineCrashed:
-        if self._proc is not None:
-            self._proc.join(timeout=2.0)  # the pipe can close before the exit is reaped
+        if self._proc is not None and self._proc.exitcode is None:
+            # The pipe can report EOF before the dead child is reaped: wait for its exit code
+            # (the signal that killed it is the most useful word of the message).
+            self._proc.join(timeout=1.0)
         code = self._proc.exitcode if self._proc is not None else None
-        if code is not None and code < 0:
+        shown = None if self._kill_reason else code  # our own SIGKILL: the reason says why
+        if shown is not None and shown < 0:
             import signal
 
             try:
-                message += f" (signal {signal.Signals(-code).name})"
+                message += f" (signal {signal.Signals(-shown).name})"
             except ValueError:
-                message += f" (signal {-code})"
-        elif code:
-            message += f" (exit code {code})"
+                message += f" (signal {-shown})"
+        elif shown:
+            message += f" (exit code {shown})"
         tail = self.log_tail()
         return EngineCrashed(message + "; start it again to continue", tail, code)
 

@@ -60,10 +60,11 @@ def render(
             eos_token=eos_token,
             add_generation_prompt=add_generation_prompt,
         )
-    except TemplateError:
-        raise
+    except (TemplateError, TimeoutError):
+        raise  # TimeoutError: the caller's time bound, reported as such
     except jinja2.exceptions.SecurityError as exc:
-        raise TemplateError(f"the template tried something unsafe ({exc})") from exc
+        reason = str(exc).rstrip(".")
+        raise TemplateError(f"the template tried something unsafe: {reason}") from exc
     except Exception as exc:  # any jinja/Python error inside the template
         raise TemplateError(f"{type(exc).__name__}: {exc}") from exc
 

@@ -6,7 +6,6 @@ import codecs
 import ctypes
 import os
 import re
-import signal
 import sys
 import threading
 import time
@@ -31,6 +30,7 @@ from chatapp.engine.protocol import (
     Token,
     TokenPiece,
 )
+from chatapp.engine.timebound import call_with_timeout
 from chatapp.metrics import stats_from_times
 from chatapp.sampling import SamplerSettings
 
@@ -41,10 +41,12 @@ TEMPLATE_TIMEOUT_S = 2.0
 def main(conn: Connection, side: Connection, options: LoadOptions, log_path: str) -> None:
     """Entry point of the worker process."""
     _redirect_output(log_path)
+    log_start = os.path.getsize(log_path)
     try:
         worker = Worker(options)
     except Exception as exc:  # noqa: BLE001 - every load failure becomes one message
-        conn.send(("load_failed", _load_error(options.model_path, exc)))
+        reason = _load_error(options.model_path, exc, _log_since(log_path, log_start))
+        conn.send(("load_failed", reason))
         return
     conn.send(("loaded", worker.info))
     threading.Thread(target=worker.serve_side, args=(side,), daemon=True).start()
@@ -61,10 +63,29 @@ def _redirect_output(log_path: str) -> None:
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
 
 
-def _load_error(path: str, exc: Exception) -> str:
+_LOAD_ERROR_RE = re.compile(r"error loading model: (.+)")
+
+
+def _log_since(log_path: str, offset: int) -> str:
+    """What was written to the log since `offset` (llama.cpp's reasons for a failed load)."""
+    try:
+        sys.stderr.flush()
+        with open(log_path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read()[-65536:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _load_error(path: str, exc: Exception, log_text: str = "") -> str:
+    """One sentence: llama.cpp's own reason from the log, not its generic exception text."""
     reason = str(exc).strip() or type(exc).__name__
     if "Failed to load model from file" in reason:
-        reason = "llama.cpp could not load it (see the log for details)"
+        found = _LOAD_ERROR_RE.findall(log_text)
+        if found:
+            reason = f"llama.cpp says: {found[-1].strip()}"
+        else:
+            reason = "llama.cpp could not load it (see the log for details)"
     return f"could not load {path}: {reason}"
 
 
@@ -267,21 +288,13 @@ class Worker:
         return template.render_fallback(req.messages), warning
 
     def _render_bounded(self, source: str, req: GenerateRequest) -> str:
-        def on_alarm(signum, frame):
-            raise TimeoutError(f"took longer than {TEMPLATE_TIMEOUT_S:g} s")
-
+        """The model's template, stopped after TEMPLATE_TIMEOUT_S (it comes from the file)."""
         bos = self.piece(self.bos_id).decode("utf-8", "replace") if self.bos_id >= 0 else ""
         eos = self.piece(self.eos_id).decode("utf-8", "replace") if self.eos_id >= 0 else ""
-        in_main = threading.current_thread() is threading.main_thread()
-        if in_main:
-            old = signal.signal(signal.SIGALRM, on_alarm)
-            signal.setitimer(signal.ITIMER_REAL, TEMPLATE_TIMEOUT_S)
-        try:
-            return template.render(source, req.messages, bos_token=bos, eos_token=eos)
-        finally:
-            if in_main:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, old)
+        return call_with_timeout(
+            lambda: template.render(source, req.messages, bos_token=bos, eos_token=eos),
+            TEMPLATE_TIMEOUT_S,
+        )
 
     # ---- serving ------------------------------------------------------------------------
 
