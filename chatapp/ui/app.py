@@ -111,7 +111,7 @@ class ChatApp(ChatActions, App):
         self.reply: Reply | None = None
         self.last_reply: Reply | None = None
         self._reply_ids = 0
-        self._queued: str | None = None
+        self._reply_pending = False  # a user turn waits for the model to (re)load
         self._loading = False
         self._remember_theme = remember_theme
         self._wanted_theme = theme_name
@@ -220,12 +220,13 @@ class ChatApp(ChatActions, App):
         name = Path(message.info.path).name
         self.sub_title = f"{name} · ctx {message.info.n_ctx}"
         self.set_status(f"ready: {name} loaded in {message.info.load_s:.2f} s")
-        if self._queued is not None:
-            text, self._queued = self._queued, None
-            self.run_worker(self.send(text), exclusive=False)
+        if self._reply_pending:
+            self._reply_pending = False
+            self.run_worker(self._generate(), exclusive=False)
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         self._loading = False
+        self._reply_pending = False
         self.engine = None
         self.stats_panel.stats = self.stats_panel.stats.but(state="no model")
         self.set_status(f"error: {message.message}", error=True)
@@ -253,29 +254,21 @@ class ChatApp(ChatActions, App):
         self.conversation.append(ChatMessage("user", text))
         self.history.save_user(text, self.system_prompt, self.settings)
         await self.chat.add("user", text)
-        if self.engine is None:
-            self._queued_reply_pending(text)
-            return
         await self._generate()
 
-    def _queued_reply_pending(self, text: str) -> None:
-        # The turn is kept in the conversation; the reply starts once a model is loaded.
-        self.conversation.pop()
-        self.history.drop_from(len(self.conversation))
-        self._queued = text
+    def _wait_for_model(self) -> None:
+        # The turn stays in the conversation and on screen; its reply starts once the model is
+        # loaded (a dead worker is replaced first).
+        self._reply_pending = True
         if not self._loading:
             self.start_engine()
-        self.set_status("the model is still loading; your message will be sent when it is ready")
+        self.set_status("the model is loading; your message will be answered when it is ready")
 
     async def _generate(
         self, prefix: list[Token] | None = None, item: MessageView | None = None
     ) -> None:
-        if self.engine is None:
-            self.set_status("no model is loaded: press ctrl+k to load it again", error=True)
-            return
-        if not getattr(self.engine, "alive", True):
-            self.start_engine()
-            self.set_status("restarting the model worker…")
+        if self.engine is None or not getattr(self.engine, "alive", True):
+            self._wait_for_model()
             return
         self._reply_ids += 1
         if item is None:

@@ -7,6 +7,8 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
 
+from chatapp.textsafe import printable
+
 
 class PromptInput(TextArea):
     """A TextArea that sends on Enter."""
@@ -35,6 +37,15 @@ class PromptInput(TextArea):
             self.post_message(self.Submitted(self.text))
             return
         await super()._on_key(event)
+
+    async def _on_paste(self, event: events.Paste) -> None:
+        # Pasted control characters (ESC sequences, NUL, C1...) become visible symbols: the
+        # text box must never send raw escapes to the terminal.
+        event.stop()
+        event.prevent_default()
+        if not self.read_only:
+            text = event.text.replace("\r\n", "\n").replace("\r", "\n")
+            self.replace(printable(text), *self.selection)
 
     def action_newline(self) -> None:
         self.insert("\n")

@@ -96,11 +96,6 @@ async def test_worker_dies_mid_reply(model_path, sig):
         _reap(pid)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="app.py: send() adds the user message to the chat, then _queued_reply_pending() "
-    "queues it and on_engine_ready() runs send() again, which adds it a second time",
-)
 async def test_next_send_after_a_crash_starts_a_worker(model_path):
     app = make_app(model_path)
     pid = None
@@ -132,11 +127,6 @@ async def test_hung_worker_is_ended_by_escape(model_path, monkeypatch):
         _reap(pid)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="app.py _generate(): a dead worker between replies is restarted but the message "
-    "is not queued, so it is never answered",
-)
 async def test_worker_killed_between_replies_then_send(model_path):
     app = make_app(model_path)
     app.ignore_eos = False

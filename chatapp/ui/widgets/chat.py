@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.console import Group
 from rich.markdown import Markdown as RichMarkdown
 from rich.text import Text
 from textual.app import ComposeResult
@@ -9,6 +10,9 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static
 
 from chatapp.textsafe import printable
+
+# A message longer than this shows its start only: wrapping a megabyte would freeze the UI.
+SHOWN_CHARS = 20_000
 
 
 class MessageView(Vertical):
@@ -42,17 +46,23 @@ class MessageView(Vertical):
         yield Static(self._footer, classes="footer")
 
     def _body(self):
-        text = printable(self.text)
+        text = printable(self.text[:SHOWN_CHARS])
+        more = len(self.text) - SHOWN_CHARS
         if self.role == "user":
-            return Text(text)
-        dark = self.app.current_theme.dark if self.is_attached else True
-        return RichMarkdown(text, code_theme="monokai" if dark else "default")
+            body = Text(text)
+        else:
+            dark = self.app.current_theme.dark if self.is_attached else True
+            body = RichMarkdown(text, code_theme="monokai" if dark else "default")
+        if more > 0:
+            note = Text(f"… {more:,} more characters (kept in the conversation)", style="dim")
+            return Group(body, note)
+        return body
 
     async def start_stream(self) -> None:
         """Swap the finished rendering for a live Markdown widget and open a stream on it."""
         if self._stream is not None:
             return
-        live = Markdown(printable(self.text))
+        live = Markdown(printable(self.text[-SHOWN_CHARS:]))
         await self.mount(live, after=self.query_one(".body"))
         self.query_one(".body").display = False
         self._stream = Markdown.get_stream(live)
