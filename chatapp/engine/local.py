@@ -15,6 +15,7 @@ import numpy as np
 
 from chatapp import paths
 from chatapp.engine.protocol import (
+    ChatMessage,
     EngineCrashed,
     EngineError,
     Event,
@@ -237,6 +238,11 @@ class LocalEngine:
     def render_prompt(self, request: GenerateRequest) -> tuple[str, str]:
         """The templated prompt text for a request, and a warning if a fallback was used."""
         return self._side_call(("template", request))
+
+    def count_tokens(self, messages: list[ChatMessage]) -> int:
+        """Tokens of the templated prompt for these messages (for fitting the context)."""
+        text, _ = self.render_prompt(GenerateRequest(messages=tuple(messages)))
+        return len(self.tokenize(text, special=True))
 
     def score(self, tokens: list[int]) -> np.ndarray:
         """Log-probabilities of each next token of a text (for perplexity and KL)."""

@@ -14,6 +14,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 
+from chatapp.context import fit_messages
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineCrashed,
@@ -286,7 +287,7 @@ class ChatApp(ChatActions, App):
             state="generating", stop_reason="", tokens=len(reply.tokens), decode_tps=None
         )
         request = GenerateRequest(
-            messages=tuple(self._messages()),
+            messages=tuple(self._fitted_messages()),
             settings=self.settings,
             reply_prefix_ids=tuple(t.id for t in reply.tokens),
             top_n=10,
@@ -294,6 +295,32 @@ class ChatApp(ChatActions, App):
         )
         self.set_status("generating… (Esc stops)")
         self._stream(request, reply.id)
+
+    def _fitted_messages(self) -> list[ChatMessage]:
+        """The conversation that fits the context with room for the reply: the oldest turns are
+        left out of the prompt (and dimmed on screen); the history keeps everything."""
+        messages = list(self._messages())
+        count = getattr(self.engine, "count_tokens", None)
+        n_ctx = self.info.n_ctx if self.info else 0
+        budget = min(self.settings.max_tokens, n_ctx // 2)
+        kept, dropped = messages, 0
+        # Every token is at least one character: a short conversation surely fits.
+        if count is not None and n_ctx and sum(len(m.content) for m in messages) > n_ctx - budget:
+            try:
+                kept, dropped = fit_messages(messages, count, n_ctx, budget)
+            except EngineError:
+                kept, dropped = messages, 0
+        items = self.chat.items()
+        offset = len(self.conversation) - len(items)
+        for i, item in enumerate(items):
+            item.set_class(i + offset < dropped, "left-out")
+        if dropped:
+            self.notify(
+                f"{dropped} oldest messages are left out of the prompt to fit the "
+                f"context ({n_ctx} tokens); they stay in the history.",
+                timeout=6,
+            )
+        return kept
 
     def _messages(self) -> Iterable[ChatMessage]:
         if self.system_prompt:

@@ -25,6 +25,7 @@ class MessageView(Vertical):
     MessageView.user { background: $boost; border-left: thick $accent; }
     MessageView.assistant { border-left: thick $primary; }
     MessageView.error { border-left: thick $error; }
+    MessageView.left-out { opacity: 55%; border-left: thick $warning; }
     MessageView > Markdown { margin: 0; padding: 0; background: transparent; }
     MessageView > .body { height: auto; }
     MessageView > .footer { height: auto; color: $text-muted; }

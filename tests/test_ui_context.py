@@ -1,0 +1,36 @@
+"""A conversation longer than the context: the oldest turns leave the prompt, marked on screen."""
+
+from __future__ import annotations
+
+from test_ui import SIZE, send, wait_until
+
+from chatapp.engine.local import LocalEngine
+from chatapp.engine.protocol import ChatMessage, Finished, LoadOptions
+from chatapp.sampling import SamplerSettings
+from chatapp.ui.app import ChatApp
+from chatapp.ui.widgets.chat import MessageView
+
+
+async def test_oldest_turns_are_left_out_and_marked(model_path):
+    app = ChatApp(
+        lambda: LocalEngine(LoadOptions(model_path=model_path, n_ctx=512, n_gpu_layers=0)),
+        system_prompt="You are terse.",
+        settings=SamplerSettings(temperature=0.0, max_tokens=16),
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.engine is not None, 60)
+        for i in range(6):
+            ask = f"Question {i}: " + "tell me about the weather in the mountains " * 8
+            app.conversation += [ChatMessage("user", ask), ChatMessage("assistant", "Sunny. " * 20)]
+            await app.chat.add_items([MessageView("user", ask), MessageView("assistant", "ok")])
+        await send(pilot, app, "Final question: what is two plus two?")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None, 60)
+        assert isinstance(app.last_reply.finished, Finished), "the reply fits after trimming"
+        prompt = b"".join(t.piece for t in app.token_panel.prompt).decode("utf-8", "replace")
+        assert "You are terse." in prompt, "the system prompt is always kept"
+        assert "Final question" in prompt, "the newest turn is always kept"
+        assert "Question 0:" not in prompt, "the oldest turn left the prompt"
+        assert len(app.token_panel.prompt) <= 512 - 16
+        items = app.chat.items()
+        assert "left-out" in items[0].classes and "left-out" not in items[-2].classes
+        assert len(app.conversation) == 14, "the conversation itself keeps everything"
