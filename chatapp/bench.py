@@ -68,19 +68,9 @@ def _lcp_init(options: LoadOptions, log_path: str) -> None:
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    import llama_cpp
+    from chatapp.engine.worker import open_llama
 
-    _LLAMA = llama_cpp.Llama(
-        model_path=options.model_path,
-        n_ctx=options.n_ctx,
-        n_gpu_layers=options.n_gpu_layers,
-        n_threads=options.threads,
-        n_threads_batch=options.threads,
-        n_batch=options.n_batch,
-        n_ubatch=options.n_batch,
-        flash_attn=options.flash_attn,
-        verbose=False,
-    )
+    _LLAMA = open_llama(options, verbose=False)
 
 
 def _lcp_run(prompt: tuple[int, ...], n: int) -> Run:

@@ -89,6 +89,24 @@ def _load_error(path: str, exc: Exception, log_text: str = "") -> str:
     return f"could not load {path}: {reason}"
 
 
+def open_llama(options: LoadOptions, verbose: bool):
+    """A llama_cpp.Llama as LoadOptions say (also used by the benchmark's reference side)."""
+    import llama_cpp
+
+    return llama_cpp.Llama(
+        model_path=options.model_path,
+        n_ctx=options.n_ctx,
+        n_gpu_layers=options.n_gpu_layers,
+        n_threads=options.threads,
+        n_threads_batch=options.threads,
+        n_batch=options.n_batch,
+        n_ubatch=options.n_batch,
+        flash_attn=options.flash_attn,
+        logits_all=False,  # logits of the last token only: all rows would cost every step
+        verbose=verbose,  # verbose=False would redirect this process's fds 1/2 while loading
+    )
+
+
 class Worker:
     """A loaded model plus the KV-cache state of the last reply."""
 
@@ -97,18 +115,7 @@ class Worker:
 
         self.lib = llama_cpp
         t0 = time.perf_counter()
-        self.llama = llama_cpp.Llama(
-            model_path=options.model_path,
-            n_ctx=options.n_ctx,
-            n_gpu_layers=options.n_gpu_layers,
-            n_threads=options.threads,
-            n_threads_batch=options.threads,
-            n_batch=options.n_batch,
-            n_ubatch=options.n_batch,
-            flash_attn=options.flash_attn,
-            logits_all=False,
-            verbose=True,
-        )
+        self.llama = open_llama(options, verbose=True)
         load_s = time.perf_counter() - t0
         self.options = options
         self.ctx = self.llama._ctx.ctx

@@ -287,7 +287,7 @@ class ChatApp(ChatActions, App):
             state="generating", stop_reason="", tokens=len(reply.tokens), decode_tps=None
         )
         request = GenerateRequest(
-            messages=tuple(self._fitted_messages()),
+            messages=tuple(self._fitted_messages(item)),
             settings=self.settings,
             reply_prefix_ids=tuple(t.id for t in reply.tokens),
             top_n=10,
@@ -296,7 +296,7 @@ class ChatApp(ChatActions, App):
         self.set_status("generating… (Esc stops)")
         self._stream(request, reply.id)
 
-    def _fitted_messages(self) -> list[ChatMessage]:
+    def _fitted_messages(self, reply_item: MessageView) -> list[ChatMessage]:
         """The conversation that fits the context with room for the reply: the oldest turns are
         left out of the prompt (and dimmed on screen); the history keeps everything."""
         messages = list(self._messages())
@@ -310,10 +310,11 @@ class ChatApp(ChatActions, App):
                 kept, dropped = fit_messages(messages, count, n_ctx, budget)
             except EngineError:
                 kept, dropped = messages, 0
-        items = self.chat.items()
+        # The widgets of the conversation (not the reply being written), newest last.
+        items = [it for it in self.chat.items() if it is not reply_item]
         offset = len(self.conversation) - len(items)
-        for i, item in enumerate(items):
-            item.set_class(i + offset < dropped, "left-out")
+        for i, it in enumerate(items):
+            it.set_class(dropped > 0 and i + offset < dropped, "left-out")
         if dropped:
             self.notify(
                 f"{dropped} oldest messages are left out of the prompt to fit the "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from chatapp.engine.protocol import Finished, ModelInfo, Token
@@ -60,42 +61,53 @@ class Reply:
     initial_settings: SamplerSettings | None = None
 
 
+def stats_footer(
+    quant: str | None,
+    ttft_s: float | None,
+    prefill_tps: float | None,
+    decode_tps: float | None,
+    tokens: int | None,
+    stop: str | None,
+    extra: Sequence[str] = (),
+) -> str:
+    """The stats line under a reply: quant · TTFT · prefill · decode · tokens · stop."""
+    parts = [quant] if quant else []
+    if ttft_s is not None:
+        parts.append(f"TTFT {ttft_s * 1000:.0f} ms")
+    if prefill_tps:
+        parts.append(f"prefill {prefill_tps:.0f} t/s")
+    if decode_tps:
+        parts.append(f"decode {decode_tps:.1f} t/s")
+    if tokens is not None:
+        parts.append(f"{tokens} tokens")
+    if stop:
+        parts.append(f"stop: {stop}")
+    return " · ".join([*parts, *extra])
+
+
 def footer_for(ev: Finished, reply: Reply, info: ModelInfo | None) -> str:
     """The stats line under a finished reply."""
     st = ev.stats
-    parts = []
-    if info is not None and info.quant:
-        parts.append(info.quant)
-    if st.ttft_s is not None:
-        parts.append(f"TTFT {st.ttft_s * 1000:.0f} ms")
-    if st.prefill_tps:
-        parts.append(f"prefill {st.prefill_tps:.0f} t/s")
-    if st.decode_tps:
-        parts.append(f"decode {st.decode_tps:.1f} t/s")
-    parts.append(f"{len(reply.tokens)} tokens")
-    parts.append(f"stop: {ev.reason}")
-    if reply.settings_changes:
-        parts.append(f"settings changed at token {reply.settings_changes[0][0]}")
-    return " · ".join(parts)
+    changed = reply.settings_changes
+    extra = [f"settings changed at token {changed[0][0]}"] if changed else []
+    quant = info.quant if info is not None else None
+    return stats_footer(
+        quant, st.ttft_s, st.prefill_tps, st.decode_tps, len(reply.tokens), str(ev.reason), extra
+    )
 
 
 def stored_footer(message) -> str:
     """The stats line of a reply loaded from the history database."""
     if message.role != "assistant":
         return ""
-    parts = []
-    if message.model is not None and message.model.quant:
-        parts.append(message.model.quant)
-    if message.ttft_s is not None:
-        parts.append(f"TTFT {message.ttft_s * 1000:.0f} ms")
-    if message.prefill_tps:
-        parts.append(f"prefill {message.prefill_tps:.0f} t/s")
-    if message.decode_tps:
-        parts.append(f"decode {message.decode_tps:.1f} t/s")
-    if message.completion_tokens is not None:
-        parts.append(f"{message.completion_tokens} tokens")
-    if message.stop_reason:
-        parts.append(f"stop: {message.stop_reason}")
-    if message.status != "complete":
-        parts.append(str(message.status))
-    return " · ".join(parts)
+    quant = message.model.quant if message.model is not None else None
+    extra = [str(message.status)] if message.status != "complete" else []
+    return stats_footer(
+        quant,
+        message.ttft_s,
+        message.prefill_tps,
+        message.decode_tps,
+        message.completion_tokens,
+        message.stop_reason,
+        extra,
+    )
