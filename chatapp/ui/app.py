@@ -198,8 +198,9 @@ class ChatApp(ChatActions, App):
         try:
             if self.engine is not None:
                 self.engine.close()
-            engine = self.engine_factory()
-            info = engine.start()
+            engine, info, note = self._start_engine(self.engine_factory())
+            if note:
+                self.post_message(NoticeShown(note))
         except EngineCrashed as exc:
             self.post_message(EngineFailed(str(exc), exc.log_tail, crashed=True))
             return
@@ -211,6 +212,22 @@ class ChatApp(ChatActions, App):
             return
         self.engine = engine
         self.post_message(EngineReady(info))
+
+    def _start_engine(self, engine) -> tuple[object, ModelInfo, str]:
+        """Start a new engine; a local one with GPU layers steps down if its load fails."""
+        from chatapp.engine.local import LocalEngine
+
+        options = getattr(engine, "options", None)
+        if not isinstance(engine, LocalEngine) or options is None or options.n_gpu_layers == 0:
+            return engine, engine.start(), ""
+        from chatapp.engine.gpu_fallback import start_with_fallback
+        from chatapp.gguf_info import inspect
+
+        try:
+            n_layers = inspect(options.model_path).n_layers or 0
+        except EngineError:
+            return engine, engine.start(), ""  # the start reports the bad file
+        return start_with_fallback(options, LocalEngine, n_layers)
 
     def on_engine_ready(self, message: EngineReady) -> None:
         self._loading = False
