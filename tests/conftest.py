@@ -21,6 +21,15 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["CHATAPP_CONFIG"] = str(root / "config" / "config.toml")
 
 
+@pytest.fixture
+def fresh_dirs(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """Data, config and cache dirs of this test alone (under tmp_path: data/, config/, cache/)."""
+    for name in ("DATA", "CONFIG", "CACHE"):
+        monkeypatch.setenv(f"CHATAPP_{name}_DIR", str(tmp_path / name.lower()))
+    monkeypatch.setenv("CHATAPP_CONFIG", str(tmp_path / "config" / "config.toml"))
+    return tmp_path
+
+
 @pytest.fixture(scope="session")
 def model_path() -> str:
     return str(smollm2_path())

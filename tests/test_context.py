@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
 from chatapp.context import fit_messages, turns
 from chatapp.engine.protocol import ChatMessage
 
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CHATAPP_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("CHATAPP_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.setenv("CHATAPP_CONFIG", str(tmp_path / "config" / "config.toml"))
-    monkeypatch.setenv("CHATAPP_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("fresh_dirs")
 
 
 class Counter:

@@ -19,15 +19,6 @@ MIB = 1024**2
 GIB = 1024**3
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("home")
-    with pytest.MonkeyPatch.context() as mp:
-        for name in ("CACHE", "DATA", "CONFIG"):
-            mp.setenv(f"CHATAPP_{name}_DIR", str(root / name.lower()))
-        yield
-
-
 @pytest.fixture(scope="module")
 def shape():
     return fit.shape_from_header(read_header(smollm2_path()))

@@ -17,15 +17,6 @@ from chatapp.engine.protocol import EngineError
 from chatapp.gguf_info import inspect, read_header, validate
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("home")
-    with pytest.MonkeyPatch.context() as mp:
-        for name in ("CACHE", "DATA", "CONFIG"):
-            mp.setenv(f"CHATAPP_{name}_DIR", str(root / name.lower()))
-        yield
-
-
 def refused(path: Path) -> str:
     with pytest.raises(EngineError) as info:
         validate(path)

@@ -22,13 +22,7 @@ from chatapp.metrics import GenerationStats
 from chatapp.sampling import PRESETS
 from chatapp.store import Store, StoreError, default_db_path, model_fingerprint
 
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CHATAPP_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("CHATAPP_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.setenv("CHATAPP_CONFIG", str(tmp_path / "config" / "config.toml"))
-    monkeypatch.setenv("CHATAPP_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("fresh_dirs")
 
 
 @pytest.fixture

@@ -23,15 +23,6 @@ from chatapp.metrics import GenerationStats
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("home")
-    with pytest.MonkeyPatch.context() as mp:
-        for name in ("CACHE", "DATA", "CONFIG"):
-            mp.setenv(f"CHATAPP_{name}_DIR", str(root / name.lower()))
-        yield
-
-
 @pytest.fixture(scope="module")
 def quantized(tmp_path_factory):
     """The bundled model quantized to Q8_0 and Q2_K, with the seconds each took."""

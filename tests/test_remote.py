@@ -34,10 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GREEDY = SamplerSettings(temperature=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0)
 
 
-@pytest.fixture(autouse=True)
-def _private_dirs(tmp_path, monkeypatch):
-    for name in ("CHATAPP_CACHE_DIR", "CHATAPP_DATA_DIR", "CHATAPP_CONFIG_DIR"):
-        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+pytestmark = pytest.mark.usefixtures("fresh_dirs")
 
 
 def _free_port() -> int:

@@ -30,10 +30,7 @@ KEY = "sk-test-7f3a9c1e5b"
 DONE_STOP = 'data: {"choices": [{"delta": {}, "finish_reason": "stop"}]}\n\n'
 
 
-@pytest.fixture(autouse=True)
-def _private_dirs(tmp_path, monkeypatch):
-    for name in ("CHATAPP_CACHE_DIR", "CHATAPP_DATA_DIR", "CHATAPP_CONFIG_DIR"):
-        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+pytestmark = pytest.mark.usefixtures("fresh_dirs")
 
 
 Route = Callable[["Handler", dict], None]

@@ -32,12 +32,7 @@ from chatapp.store import (
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CHATAPP_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("CHATAPP_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.setenv("CHATAPP_CONFIG", str(tmp_path / "config" / "config.toml"))
-    monkeypatch.setenv("CHATAPP_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("fresh_dirs")
 
 
 def _child(code: str, **env: str) -> subprocess.Popen[str]:

@@ -24,11 +24,7 @@ NO_GPU = (None, 8 * fit.GIB)  # (free GPU memory, free RAM): a CPU box with 8 Gi
 SMALL_GPU = (200 * fit.MIB, 8 * fit.GIB)  # too little GPU memory for every layer
 
 
-@pytest.fixture(autouse=True)
-def _dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("DATA", "CONFIG", "CACHE"):
-        monkeypatch.setenv(f"CHATAPP_{name}_DIR", str(tmp_path / name.lower()))
-    monkeypatch.setenv("CHATAPP_CONFIG", str(tmp_path / "config" / "config.toml"))
+pytestmark = pytest.mark.usefixtures("fresh_dirs")
 
 
 class Host(App):
