@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True)
@@ -65,29 +64,6 @@ def stats_from_times(
         n_past=n_past,
         n_ctx=n_ctx,
     )
-
-
-@dataclass
-class RateMeter:
-    """Tokens per second over the last `window` intervals, for a live sparkline."""
-
-    window: int = 16
-    _times: deque[float] = field(default_factory=deque)
-
-    def add(self, t: float) -> None:
-        self._times.append(t)
-        while len(self._times) > self.window + 1:
-            self._times.popleft()
-
-    def reset(self) -> None:
-        self._times.clear()
-
-    @property
-    def rate(self) -> float | None:
-        if len(self._times) < 2:
-            return None
-        span = self._times[-1] - self._times[0]
-        return (len(self._times) - 1) / span if span > 0 else None
 
 
 def median(values: list[float]) -> float:

@@ -63,11 +63,6 @@ def rank(logits: np.ndarray, m: int) -> tuple[np.ndarray, float]:
     return sel, log_z
 
 
-def top_indices(logits: np.ndarray, m: int) -> np.ndarray:
-    """Ids of the m largest logits, unordered."""
-    return rank(logits, m)[0]
-
-
 def top_candidates(
     logits: np.ndarray,
     settings: SamplerSettings,

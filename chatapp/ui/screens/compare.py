@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -52,23 +50,6 @@ def export_markdown(result: compare.CompareResult, folder: Path | None = None) -
         lines += ["", f"## {r.name} ({r.quant})", "", r.error or r.text or "(empty reply)"]
     target.write_text("\n".join(lines) + "\n")
     return target
-
-
-def start_resource_tracker() -> None:
-    """Start multiprocessing's resource tracker with stderr on /dev/null.
-
-    It passes sys.stderr's fd to its helper, and a TUI swaps in an object whose fileno() is -1,
-    so quantize()'s spawn would fail with "bad value(s) in fds_to_keep" were it the first one.
-    """
-    from multiprocessing import resource_tracker
-
-    saved = sys.stderr
-    with open(os.devnull, "w") as devnull:
-        sys.stderr = devnull
-        try:
-            resource_tracker.ensure_running()
-        finally:
-            sys.stderr = saved
 
 
 def _size(e: ModelEntry) -> str:
@@ -203,7 +184,6 @@ class CompareScreen(ModalScreen[None]):
     @work(thread=True, exclusive=True, group="compare-quantize", exit_on_error=False)
     def _quantize(self, src: str, qtype: str) -> None:
         try:
-            start_resource_tracker()
             result = quantize.quantize(src, qtype, self.quantize_dir, nthread=self.n_threads)
         except EngineError as exc:
             self.post_message(self.Quantized(qtype, None, str(exc)))
