@@ -11,6 +11,7 @@ from pathlib import Path
 from chatapp import fit
 from chatapp.engine.protocol import EngineError
 from chatapp.gguf_info import card_from_header, read_header
+from chatapp.model_card import card_rows
 
 COMPARE_FORMATS = ("table", "json", "csv", "markdown")
 
@@ -31,25 +32,7 @@ def _machine() -> tuple[int | None, int | None]:
 
 def format_card(card) -> str:
     """A model card as plain text."""
-    mix = ", ".join(f"{name} x{count}" for name, count in card.tensor_types)
-    rows = [
-        ("file", card.path),
-        ("name", card.name),
-        ("architecture", card.architecture or "-"),
-        ("license", card.license or "-"),
-        ("parameters", f"{card.n_params / 1e6:,.1f}M"),
-        ("quantization", f"{card.quant} ({card.bits_per_weight:.2f} bits per weight)"),
-        ("tensor types", mix),
-        ("file size", f"{card.file_size:,} bytes ({fit.gib(card.file_size)})"),
-        ("layers", str(card.n_layers)),
-        ("heads", f"{card.n_heads} (KV heads {card.n_kv_heads}, head dim {card.head_dim})"),
-        ("embedding", str(card.n_embd)),
-        ("vocabulary", f"{card.vocab_size:,} ({card.tokenizer or 'unknown'} tokenizer)"),
-        ("trained context", f"{card.context_length:,} tokens"),
-        ("chat template", "yes" if card.has_chat_template else "no (a plain template is used)"),
-        ("GGUF", f"version {card.gguf_version}, {card.n_tensors} tensors"),
-    ]
-    text = "\n".join(f"{k:<16}{v}" for k, v in rows)
+    text = "\n".join(f"{k:<16}{v}" for k, v in card_rows(card, with_path=True))
     return text + "".join(f"\nwarning         {w}" for w in card.warnings)
 
 

@@ -8,6 +8,7 @@ from textual.widgets import Static
 
 from chatapp import fit
 from chatapp.gguf_info import ModelCard
+from chatapp.model_card import card_rows
 
 
 def machine_memory() -> tuple[int | None, int | None]:
@@ -32,29 +33,7 @@ def ngl_text(ngl: int, n_layers: int) -> str:
     return str(ngl)
 
 
-def card_rows(card: ModelCard) -> list[tuple[str, str]]:
-    """The facts of a model card as (label, value) pairs."""
-    mix = ", ".join(f"{name} x{count}" for name, count in card.tensor_types)
-    template = "yes" if card.has_chat_template else "no (a plain template is used)"
-    return [
-        ("name", card.name),
-        ("architecture", card.architecture or "-"),
-        ("license", card.license or "-"),
-        ("parameters", f"{card.n_params / 1e6:,.1f}M"),
-        ("quantization", f"{card.quant} ({card.bits_per_weight:.2f} bits per weight)"),
-        ("tensor types", mix),
-        ("file size", fit.gib(card.file_size)),
-        ("layers", str(card.n_layers)),
-        ("heads", f"{card.n_heads} (KV heads {card.n_kv_heads}, head dim {card.head_dim})"),
-        ("embedding", str(card.n_embd)),
-        ("vocabulary", f"{card.vocab_size:,} ({card.tokenizer or 'unknown'} tokenizer)"),
-        ("trained ctx", f"{card.context_length:,} tokens"),
-        ("chat template", template),
-        ("GGUF", f"version {card.gguf_version}, {card.n_tensors} tensors"),
-    ]
-
-
-def _rows_markup(rows: list[tuple[str, str]], width: int = 14) -> str:
+def _rows_markup(rows: list[tuple[str, str]], width: int = 16) -> str:
     return "\n".join(f"[b]{label:<{width}}[/]{escape(value)}" for label, value in rows)
 
 
