@@ -44,7 +44,7 @@ from chatapp.ui.streaming import stream_reply
 from chatapp.ui.widgets.chat import ChatView, MessageView
 from chatapp.ui.widgets.probs import ProbPanel
 from chatapp.ui.widgets.sampler import SamplerPanel
-from chatapp.ui.widgets.stats import LiveStats, StatsPanel
+from chatapp.ui.widgets.stats import SPARK_POINTS, LiveStats, StatsPanel
 from chatapp.ui.widgets.tokens import ShownToken, TokenPanel, TokenStrip
 
 STOP_GRACE_S = 3.0  # after Esc, a worker that has not stopped by then is killed
@@ -380,7 +380,7 @@ class ChatApp(ChatActions, App):
             self.probs.settings = self.settings
             self.probs.chosen = last.id
             self.probs.candidates = last.candidates
-        self.stats_panel.speeds = tuple(reply.speeds)
+        self.stats_panel.speeds = tuple(reply.speeds[-SPARK_POINTS:])  # not the whole reply
         self.stats_panel.stats = self.stats_panel.stats.but(
             ttft_s=reply.ttft_s,
             decode_tps=reply.decode_tps,

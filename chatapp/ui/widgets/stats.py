@@ -13,6 +13,8 @@ from textual.widgets import Sparkline, Static
 
 from chatapp.engine.protocol import ModelInfo
 
+SPARK_POINTS = 60  # the sparkline shows the speed of the last this many tokens
+
 
 @dataclass(frozen=True)
 class LiveStats:
@@ -64,7 +66,7 @@ class StatsPanel(Vertical):
     info: reactive[ModelInfo | None] = reactive(None)
     """The loaded model."""
     speeds: reactive[tuple[float, ...]] = reactive(())
-    """Per-token decode speed (t/s) for the sparkline."""
+    """Per-token decode speed (t/s) of the last SPARK_POINTS tokens, for the sparkline."""
 
     def compose(self) -> ComposeResult:
         yield Static(id="stats-table")
@@ -78,7 +80,7 @@ class StatsPanel(Vertical):
 
     def watch_speeds(self, speeds: tuple[float, ...]) -> None:
         if self.is_mounted:
-            self.query_one(Sparkline).data = list(speeds[-60:]) or [0.0]
+            self.query_one(Sparkline).data = list(speeds) or [0.0]
 
     def _redraw(self) -> None:
         if not self.is_mounted:
