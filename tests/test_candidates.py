@@ -1,0 +1,101 @@
+"""The candidate ranking against a plain full-vocabulary reference of llama.cpp's chain."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from chatapp.engine.candidates import rank, token_logprob, top_candidates
+from chatapp.sampling import SamplerSettings
+
+N_VOCAB = 49152
+
+
+def _logits(seed: int, spread: float) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(0.0, spread, N_VOCAB).astype(np.float32)
+    logits[rng.integers(0, N_VOCAB, 5)] += 4 * spread  # a few clear favourites
+    return logits
+
+
+def _reference(logits: np.ndarray, s: SamplerSettings, recent: set[int]) -> list[tuple]:
+    """Every step over the whole vocabulary in float64: (id, p, p_final, k, p, min) per token."""
+    raw = logits.astype(np.float64)
+    p_raw = np.exp(raw - raw.max())
+    p_raw /= p_raw.sum()
+    pen = raw.copy()
+    if s.repeat_penalty != 1.0:
+        for t in recent:
+            pen[t] = pen[t] / s.repeat_penalty if pen[t] > 0 else pen[t] * s.repeat_penalty
+    order = np.argsort(-pen, kind="stable")
+    n = len(order)
+    k = s.top_k if 0 < s.top_k < n else n
+    kept_k = np.arange(n) < k
+    q = np.exp(pen[order] - pen[order][0])
+    q /= q[:k].sum()
+    kept_p = np.ones(n, bool)
+    if s.top_p < 1.0:
+        cum = np.cumsum(np.where(kept_k, q, 0.0))
+        first = int(np.argmax(cum >= s.top_p))
+        if cum[first] >= s.top_p:
+            kept_p[first + 1 :] = False
+    kept_min = q >= s.min_p * q[0]
+    kept = kept_k & kept_p & kept_min
+    if s.greedy:
+        final = (np.arange(n) == 0).astype(float)
+    else:
+        scaled = np.where(kept, np.exp((pen[order] - pen[order][0]) / s.temperature), 0.0)
+        final = scaled / scaled.sum()
+    return [
+        (int(order[i]), p_raw[order[i]], final[i], kept_k[i], kept_p[i], kept_min[i])
+        for i in range(n)
+    ]
+
+
+SETTINGS = [
+    SamplerSettings(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1),
+    SamplerSettings(temperature=1.5, top_k=10, top_p=0.5, min_p=0.0, repeat_penalty=1.0),
+    SamplerSettings(temperature=0.7, top_k=0, top_p=0.9, min_p=0.1, repeat_penalty=1.3),
+    SamplerSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0),
+    SamplerSettings(temperature=0.9, top_k=5, top_p=1.0, min_p=0.0, repeat_penalty=1.0),
+    SamplerSettings(temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1),
+]
+
+
+@pytest.mark.parametrize("spread", [0.5, 2.0, 8.0])
+@pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: f"t{s.temperature}k{s.top_k}")
+def test_candidates_match_the_full_vocabulary_reference(settings, spread):
+    for seed in range(3):
+        logits = _logits(seed, spread)
+        recent = {int(t) for t in np.argsort(logits)[-30:][::3]}  # some favourites repeat
+        got = top_candidates(logits, settings, recent, 10, lambda i: b"")
+        want = _reference(logits, settings, recent)[:10]
+        assert [c.id for c in got] == [w[0] for w in want]
+        for c, (_, p, p_final, k, tp, mp) in zip(got, want, strict=True):
+            assert c.p == pytest.approx(p, rel=1e-4, abs=1e-9)
+            assert c.p_final == pytest.approx(p_final, rel=1e-3, abs=1e-7)
+            assert (c.kept_top_k, c.kept_top_p, c.kept_min_p) == (k, tp, mp)
+
+
+@pytest.mark.parametrize("m", [1, 10, 64, 300])
+def test_rank_finds_the_m_largest_and_the_normaliser(m):
+    for seed, spread in [(0, 0.5), (1, 3.0), (2, 10.0)]:
+        logits = _logits(seed, spread)
+        idx, log_z = rank(logits, m)
+        assert sorted(logits[idx].tolist()) == sorted(np.sort(logits)[-m:].tolist())
+        assert len(set(idx.tolist())) == m
+        raw = logits.astype(np.float64)
+        exact = raw.max() + np.log(np.exp(raw - raw.max()).sum())
+        assert log_z == pytest.approx(exact, abs=1e-4)
+        tok = int(idx[0])
+        assert token_logprob(logits, tok, log_z) == pytest.approx(raw[tok] - exact, abs=1e-4)
+
+
+def test_rank_of_a_flat_row_and_of_ties():
+    flat = np.zeros(N_VOCAB, np.float32)
+    idx, log_z = rank(flat, 64)
+    assert len(set(idx.tolist())) == 64
+    assert log_z == pytest.approx(np.log(N_VOCAB), abs=1e-4)
+    small = np.arange(100, dtype=np.float32)  # fewer blocks than m: the plain path
+    idx, _ = rank(small, 64)
+    assert sorted(idx.tolist()) == list(range(36, 100))
