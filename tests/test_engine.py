@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 
@@ -235,3 +236,19 @@ def test_reply_that_fills_the_context_stops_with_reason(small_engine):
     # and the engine is still usable afterwards
     _, tokens2, end2 = run(small_engine, GenerateRequest(ask("Hi"), GREEDY.with_(max_tokens=3)))
     assert isinstance(end2, Finished) and tokens2
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="per-thread nice is Linux's")
+def test_a_worker_started_nicer_runs_below_our_priority_threads_included(model_path):
+    from chatapp.engine.local import LocalEngine
+    from chatapp.engine.protocol import LoadOptions
+
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    with LocalEngine(LoadOptions(model_path=model_path, n_ctx=256, n_gpu_layers=0), nice=5) as eng:
+        _, tokens, _ = run(eng, GenerateRequest(ask("Hi"), GREEDY.with_(max_tokens=4)))
+        assert tokens
+        pid = eng._proc.pid
+        threads = os.listdir(f"/proc/{pid}/task")
+        nices = {os.getpriority(os.PRIO_PROCESS, int(t)) for t in threads}  # per thread on Linux
+        assert len(threads) > 1  # llama.cpp's threads ran, and inherited the priority
+        assert nices == {min(19, ours + 5)}

@@ -223,3 +223,32 @@ async def test_real_model_send_stream_and_stop(model_path):
             pilot, lambda: app.reply is None and len(app.conversation) == 4, timeout=60
         )
         assert app.stats_panel.stats.prompt_reused > 0
+
+
+async def test_side_panels_redraw_at_most_every_panel_interval_and_end_complete():
+    from chatapp.ui import app as app_module
+
+    engine = ScriptedEngine(delay=0.004, words=WORDS * 6)
+    app = ChatApp(lambda: engine)
+    redraws: list[int] = []
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.engine is not None)
+        original = app._refresh_panels
+
+        def counted() -> None:
+            redraws.append(len(app._unshown))
+            original()
+
+        app._refresh_panels = counted
+        await send(pilot, app, "Tell me more")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        reply = app.last_reply
+        span = reply.tokens[-1].t - reply.tokens[0].t
+        assert len(reply.tokens) == 2 * len(WORDS) * 6
+        batches = len(app.paint_log)
+        # at most one redraw per interval (plus the first token and the finish)
+        assert len(redraws) <= span / app_module.PANEL_S + 3 < batches
+        # and once the reply is done every panel shows all of it
+        assert len(app.token_panel.strip.tokens) == len(reply.tokens)
+        assert app.probs.chosen == reply.tokens[-1].id
+        assert app.stats_panel.stats.tokens == len(reply.tokens)

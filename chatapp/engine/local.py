@@ -48,8 +48,9 @@ class LocalEngine:
     """A model running in a child process. Generation calls come from one thread at a time;
     cancel() and update_settings() may come from any thread."""
 
-    def __init__(self, options: LoadOptions) -> None:
+    def __init__(self, options: LoadOptions, nice: int = 0) -> None:
         self.options = options
+        self.nice = nice  # the worker lowers its own priority by this much (the TUI's choice)
         self.info: ModelInfo | None = None
         self.log_path = paths.log_dir() / "worker.log"
         self._log_start = 0
@@ -77,7 +78,7 @@ class LocalEngine:
 
         proc = ctx.Process(
             target=worker.main,
-            args=(child, side_child, self.options, str(self.log_path)),
+            args=(child, side_child, self.options, str(self.log_path), self.nice),
             name="chatapp-worker",
             daemon=True,
         )

@@ -38,9 +38,13 @@ FLUSH_S = 0.025  # token events go at most every 25 ms (the first one at once)
 TEMPLATE_TIMEOUT_S = 2.0
 
 
-def main(conn: Connection, side: Connection, options: LoadOptions, log_path: str) -> None:
+def main(
+    conn: Connection, side: Connection, options: LoadOptions, log_path: str, nice: int = 0
+) -> None:
     """Entry point of the worker process."""
     _redirect_output(log_path)
+    if nice > 0:
+        _lower_priority(nice)
     log_start = os.path.getsize(log_path)
     try:
         worker = Worker(options)
@@ -51,6 +55,22 @@ def main(conn: Connection, side: Connection, options: LoadOptions, log_path: str
     conn.send(("loaded", worker.info))
     threading.Thread(target=worker.serve_side, args=(side,), daemon=True).start()
     worker.serve(conn)
+
+
+def _lower_priority(nice: int) -> None:
+    """Yield the CPU to the UI process first: its frames then never wait behind llama.cpp's
+    threads (created after this, so they inherit it). Best effort: some systems refuse."""
+    try:
+        os.nice(nice)
+        target = os.getpriority(os.PRIO_PROCESS, 0)
+        tids = os.listdir("/proc/self/task")  # Linux: nice is per thread, and numpy's BLAS
+    except (OSError, AttributeError):  # pool started before this one
+        return
+    for tid in tids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, int(tid), target)
+        except OSError:
+            pass
 
 
 def _redirect_output(log_path: str) -> None:

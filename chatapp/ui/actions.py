@@ -157,9 +157,10 @@ class ChatActions(_Base):
     def switch_model(self, options: LoadOptions) -> None:
         """Load another model file (the conversation stays)."""
         from chatapp.engine.local import LocalEngine
+        from chatapp.ui.streaming import WORKER_NICE
 
         self.options = options
-        self.engine_factory = lambda: LocalEngine(options)
+        self.engine_factory = lambda: LocalEngine(options, nice=WORKER_NICE)
         self.start_engine()
 
     def action_toggle_side(self) -> None:

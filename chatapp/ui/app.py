@@ -48,6 +48,9 @@ from chatapp.ui.widgets.stats import SPARK_POINTS, LiveStats, StatsPanel
 from chatapp.ui.widgets.tokens import ShownToken, TokenPanel, TokenStrip
 
 STOP_GRACE_S = 3.0  # after Esc, a worker that has not stopped by then is killed
+# The side panels (tokens, next-token, speed) redraw at most this often while a reply streams;
+# the chat pane takes every batch. A frame that repaints both costs the whole screen.
+PANEL_S = 0.15
 
 
 class ChatApp(ChatActions, App):
@@ -121,6 +124,9 @@ class ChatApp(ChatActions, App):
         self.ignore_eos = False  # benchmarks: replies of exactly max_tokens
         self._prompt_len = 0
         self.paint_log: list[tuple[float, int]] = []  # (UI time, tokens) per batch shown
+        self._unshown: list[Token] = []  # tokens of the reply not yet in the side panels
+        self._panels_at = 0.0  # when the side panels were last redrawn
+        self._panels_timer = None
 
     # ---- layout ---------------------------------------------------------------------------
 
@@ -227,7 +233,7 @@ class ChatApp(ChatActions, App):
             n_layers = inspect(options.model_path).n_layers or 0
         except EngineError:
             return engine, engine.start(), ""  # the start reports the bad file
-        return start_with_fallback(options, LocalEngine, n_layers)
+        return start_with_fallback(options, lambda o: LocalEngine(o, nice=engine.nice), n_layers)
 
     def on_engine_ready(self, message: EngineReady) -> None:
         self._loading = False
@@ -296,6 +302,8 @@ class ChatApp(ChatActions, App):
         reply.initial_settings = self.settings
         self.reply = reply
         self.paint_log = []
+        self._unshown = []
+        self._panels_at = 0.0
         self.history.begin_reply(self.settings)
         self.probs.step = None
         self.token_panel.reset_reply([_shown(t) for t in reply.tokens])
@@ -374,8 +382,25 @@ class ChatApp(ChatActions, App):
         self.history.stream(reply.item.text)
         if first and reply.first_paint_s is None:
             self.call_after_refresh(self._record_first_paint, reply)
-        self.token_panel.add_reply([_shown(t) for t in message.tokens])
-        last = message.tokens[-1]
+        self._unshown.extend(message.tokens)
+        wait = self._panels_at + PANEL_S - time.perf_counter()
+        if first or wait <= 0:
+            self._refresh_panels()
+        elif self._panels_timer is None:
+            self._panels_timer = self.set_timer(wait, self._refresh_panels)
+
+    def _refresh_panels(self) -> None:
+        """Bring the side panels up to the reply's latest token."""
+        if self._panels_timer is not None:
+            self._panels_timer.stop()
+            self._panels_timer = None
+        reply = self.reply
+        self._panels_at = time.perf_counter()
+        if reply is None or not self._unshown:
+            return
+        new, self._unshown = self._unshown, []
+        self.token_panel.add_reply([_shown(t) for t in new])
+        last = new[-1]
         if self.probs.step is None:
             self.probs.settings = self.settings
             self.probs.chosen = last.id
@@ -407,6 +432,7 @@ class ChatApp(ChatActions, App):
         reply = self.reply
         if reply is None or message.reply_id != reply.id:
             return
+        self._refresh_panels()
         ev = message.event
         reply.finished = ev
         st = ev.stats
@@ -429,6 +455,7 @@ class ChatApp(ChatActions, App):
         reply = self.reply
         if reply is None or message.reply_id != reply.id:
             return
+        self._refresh_panels()
         text = reply.item.text
         note = f"⚠ {message.message}"
         if message.log_tail:

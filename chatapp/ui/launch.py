@@ -28,9 +28,10 @@ def build_app(
         label = server
     else:
         from chatapp.engine.local import LocalEngine
+        from chatapp.ui.streaming import WORKER_NICE
 
         def factory():
-            return LocalEngine(options)
+            return LocalEngine(options, nice=WORKER_NICE)
 
         label = Path(options.model_path).name
     notes = list(problems or [])
