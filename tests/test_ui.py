@@ -44,7 +44,7 @@ async def test_send_streams_reply_and_updates_panels():
         items = app.chat.items()
         assert [i.role for i in items] == ["user", "assistant"]
         assert items[-1].text == app.conversation[-1].content
-        assert "stop: eog" in str(items[-1].query_one(".footer").render())
+        assert "stop: eog" in items[-1].footer
         assert app.probs.candidates and app.probs.chosen is not None
         assert len(app.token_panel.strip.tokens) == len(app.last_reply.tokens) == 2 * len(WORDS)
         stats = app.stats_panel.stats
@@ -84,7 +84,7 @@ async def test_slider_mid_reply_reaches_the_engine_and_is_recorded():
         assert 3 <= index < 2 * len(WORDS)
         status = str(app.sampler.query_one("#sampler-status").render())
         assert status.startswith("applied from token")
-        footer = str(app.chat.items()[-1].query_one(".footer").render())
+        footer = app.chat.items()[-1].footer
         assert "settings changed at token" in footer
 
 
@@ -252,3 +252,20 @@ async def test_side_panels_redraw_at_most_every_panel_interval_and_end_complete(
         assert len(app.token_panel.strip.tokens) == len(reply.tokens)
         assert app.probs.chosen == reply.tokens[-1].id
         assert app.stats_panel.stats.tokens == len(reply.tokens)
+
+
+async def test_finished_messages_are_two_widgets_and_follow_the_theme():
+    app = ChatApp(lambda: ScriptedEngine())
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Hello there")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        item = app.chat.items()[-1]
+        assert len(list(item.query("*"))) == 1  # the body Static holds role, text and footer
+
+        def role_colour():
+            return item.query_one(".body").content.renderables[0].style.color
+
+        before = role_colour()
+        await pilot.press("ctrl+t")
+        await wait_until(pilot, lambda: role_colour() != before)
+        assert role_colour() == item.get_component_rich_style("messageview--role").color

@@ -82,7 +82,7 @@ async def test_conversation_list_opens_a_saved_chat(tmp_path):
             "What is a lighthouse?",
             "A tower with a light.",
         ]
-        assert "stop: eog" in str(app.chat.items()[1].query_one(".footer").render())
+        assert "stop: eog" in app.chat.items()[1].footer
         await send(pilot, app, "And a lightship?")
         await wait_until(pilot, lambda: app.reply is None and len(app.conversation) == 4)
         assert len(store.messages(cid)) == 4, "the resumed chat goes on in the same conversation"

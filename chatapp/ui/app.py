@@ -22,6 +22,7 @@ from chatapp.engine.protocol import (
     GenerateRequest,
     LoadOptions,
     ModelInfo,
+    PromptEvaluated,
     Token,
 )
 from chatapp.sampling import SamplerSettings
@@ -127,6 +128,7 @@ class ChatApp(ChatActions, App):
         self._unshown: list[Token] = []  # tokens of the reply not yet in the side panels
         self._panels_at = 0.0  # when the side panels were last redrawn
         self._panels_timer = None
+        self._prompt_event: PromptEvaluated | None = None  # not yet in the panels
 
     # ---- layout ---------------------------------------------------------------------------
 
@@ -360,8 +362,14 @@ class ChatApp(ChatActions, App):
     # ---- events from the generation thread -----------------------------------------------
 
     def on_prompt_shown(self, message: PromptShown) -> None:
-        ev = message.event
-        self._prompt_len = len(ev.tokens)
+        # Shown with the panels, after the first token is on screen: a frame drawing the
+        # prompt's tokens would otherwise delay that first paint.
+        self._prompt_len = len(message.event.tokens)
+        self._prompt_event = message.event
+        if self.reply is None:
+            self._refresh_panels()
+
+    def _show_prompt(self, ev: PromptEvaluated) -> None:
         self.token_panel.set_prompt(
             [ShownToken(t.id, t.piece, special=_is_special(t.piece)) for t in ev.tokens]
         )
@@ -384,7 +392,9 @@ class ChatApp(ChatActions, App):
             self.call_after_refresh(self._record_first_paint, reply)
         self._unshown.extend(message.tokens)
         wait = self._panels_at + PANEL_S - time.perf_counter()
-        if first or wait <= 0:
+        if first:
+            self.call_after_refresh(self._refresh_panels)  # the first token's frame stays small
+        elif wait <= 0:
             self._refresh_panels()
         elif self._panels_timer is None:
             self._panels_timer = self.set_timer(wait, self._refresh_panels)
@@ -396,6 +406,9 @@ class ChatApp(ChatActions, App):
             self._panels_timer = None
         reply = self.reply
         self._panels_at = time.perf_counter()
+        if self._prompt_event is not None:
+            self._show_prompt(self._prompt_event)
+            self._prompt_event = None
         if reply is None or not self._unshown:
             return
         new, self._unshown = self._unshown, []

@@ -50,7 +50,7 @@ def _check_kept(app: ChatApp, message: str) -> None:
     partial = app.last_reply.item.text
     assert partial.strip(), "the reply so far is kept"
     assert len(app.last_reply.tokens) >= 3
-    footer = str(item.query_one(".footer").render())
+    footer = item.footer
     assert footer.startswith(f"⚠ {message}")
     assert "last log lines:" in footer
     assert [(m.role, m.content) for m in app.conversation] == [

@@ -17,18 +17,20 @@ SHOWN_CHARS = 20_000
 
 class MessageView(Vertical):
     """One message. A reply streams through Textual's MarkdownStream; a finished message is a
-    single Static holding a Rich rendering, so the many finished messages cost layout little."""
+    single Static holding one Rich rendering (role, body, stats footer): two widgets per
+    message, so the many finished messages cost each layout pass little."""
 
+    COMPONENT_CLASSES = {"messageview--role", "messageview--footer"}
     DEFAULT_CSS = """
     MessageView { height: auto; margin: 0 0 1 0; padding: 0 1; }
-    MessageView > .role { height: 1; color: $text-muted; text-style: bold; }
+    MessageView > .messageview--role { color: $text-muted; text-style: bold; }
+    MessageView > .messageview--footer { color: $text-muted; }
     MessageView.user { background: $boost; border-left: thick $accent; }
     MessageView.assistant { border-left: thick $primary; }
     MessageView.error { border-left: thick $error; }
     MessageView.left-out { opacity: 55%; border-left: thick $warning; }
     MessageView > Markdown { margin: 0; padding: 0; background: transparent; }
     MessageView > .body { height: auto; }
-    MessageView > .footer { height: auto; color: $text-muted; }
     """
 
     def __init__(self, role: str, text: str = "", footer: str = "") -> None:
@@ -38,13 +40,35 @@ class MessageView(Vertical):
         self._footer = footer
         self._stream = None
 
+    @property
+    def footer(self) -> str:
+        """The stats line under the message ("" for none)."""
+        return self._footer
+
     def compose(self) -> ComposeResult:
+        yield Static(classes="body")
+
+    def on_mount(self) -> None:
+        self._paint()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        if self.is_mounted:
+            self._paint()  # a new theme: the role and footer colours come from it
+
+    def _paint(self) -> None:
+        """Draw role, body (unless it is streaming in the Markdown widget) and footer."""
         label = {"user": "You", "assistant": "Assistant", "system": "System"}.get(
             self.role, self.role
         )
-        yield Static(label, classes="role")
-        yield Static(self._body(), classes="body")
-        yield Static(self._footer, classes="footer")
+        parts: list = [Text(label, style=self.get_component_rich_style("messageview--role"))]
+        if self._stream is None:
+            parts.append(self._body())
+        if self._footer:
+            parts.append(
+                Text(self._footer, style=self.get_component_rich_style("messageview--footer"))
+            )
+        self.query_one(".body", Static).update(Group(*parts))
 
     def _body(self):
         text = printable(self.text[:SHOWN_CHARS])
@@ -60,13 +84,13 @@ class MessageView(Vertical):
         return body
 
     async def start_stream(self) -> None:
-        """Swap the finished rendering for a live Markdown widget and open a stream on it."""
+        """Mount a live Markdown widget under the role line and open a stream on it."""
         if self._stream is not None:
             return
         live = Markdown(printable(self.text[-SHOWN_CHARS:]))
         await self.mount(live, after=self.query_one(".body"))
-        self.query_one(".body").display = False
         self._stream = Markdown.get_stream(live)
+        self._paint()
 
     async def write(self, delta: str) -> None:
         """Append streamed text (cheap: no re-parse of what is already shown)."""
@@ -81,16 +105,14 @@ class MessageView(Vertical):
             await self._stream.stop()
             self._stream = None
         self.text = text
+        self._footer = footer
         for live in self.query(Markdown):
             await live.remove()
-        body = self.query_one(".body", Static)
-        body.update(self._body())
-        body.display = True
-        self.set_footer(footer)
+        self._paint()
 
     def set_footer(self, footer: str) -> None:
         self._footer = footer
-        self.query_one(".footer", Static).update(footer)
+        self._paint()
 
 
 class ChatView(VerticalScroll):
