@@ -269,3 +269,40 @@ async def test_finished_messages_are_two_widgets_and_follow_the_theme():
         await pilot.press("ctrl+t")
         await wait_until(pilot, lambda: role_colour() != before)
         assert role_colour() == item.get_component_rich_style("messageview--role").color
+
+
+async def test_a_streamed_paragraph_asks_for_layout_only_when_it_grows():
+    from textual.app import App
+
+    from chatapp.ui.widgets.chat import ChatView, SteadyParagraph
+
+    layouts: list[bool] = []
+    original = SteadyParagraph.update
+
+    def update(self, content="", *, layout=True):
+        if self.is_mounted:  # (each batch also builds a throw-away paragraph to copy from)
+            layouts.append(layout)
+        original(self, content, layout=layout)
+
+    class One(App):
+        def compose(self):
+            yield ChatView()
+
+    app = One()
+    async with app.run_test(size=(60, 30)) as pilot:
+        chat = app.query_one(ChatView)
+        item = await chat.add("assistant")
+        SteadyParagraph.update = update
+        try:
+            for i in range(120):
+                await item.write(f"word{i % 10} ")
+                await pilot.pause()
+        finally:
+            SteadyParagraph.update = original
+        paragraph = item.query_one(SteadyParagraph)
+        lines = paragraph.content_size.height
+        assert lines > 5  # it wrapped onto many lines...
+        assert 0 < layouts.count(True) <= lines + 2  # ...asking for a layout about once a line
+        assert layouts.count(False) > 60
+        await item.finish(item.text)
+        assert "word9 word0" in str(item.query_one(".body").content.renderables[1].markup)

@@ -7,12 +7,34 @@ from rich.markdown import Markdown as RichMarkdown
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
+from textual.visual import visualize
 from textual.widgets import Markdown, Static
 
 from chatapp.textsafe import printable
 
 # A message longer than this shows its start only: wrapping a megabyte would freeze the UI.
 SHOWN_CHARS = 20_000
+
+
+class SteadyParagraph(Markdown.BLOCKS["paragraph_open"]):
+    """A streamed paragraph that asks for a layout pass only when its height changes: most
+    token batches extend the last line, and a layout pass walks every widget on the screen."""
+
+    def set_content(self, content) -> None:
+        width = self.content_size.width
+        if self.is_mounted and width:
+            height = visualize(self, content, markup=False).get_height(self.styles, width)
+            if height == self.content_size.height:
+                self._content = content
+                self.update(content, layout=False)
+                return
+        super().set_content(content)
+
+
+class StreamingMarkdown(Markdown):
+    """Textual's Markdown with steady paragraphs, for the reply being streamed."""
+
+    BLOCKS = {**Markdown.BLOCKS, "paragraph_open": SteadyParagraph}
 
 
 class MessageView(Vertical):
@@ -87,7 +109,7 @@ class MessageView(Vertical):
         """Mount a live Markdown widget under the role line and open a stream on it."""
         if self._stream is not None:
             return
-        live = Markdown(printable(self.text[-SHOWN_CHARS:]))
+        live = StreamingMarkdown(printable(self.text[-SHOWN_CHARS:]))
         await self.mount(live, after=self.query_one(".body"))
         self._stream = Markdown.get_stream(live)
         self._paint()
