@@ -61,23 +61,53 @@ def engine_run(engine, prompt: tuple[int, ...], n: int) -> Run:
 # ---- llama-cpp-python's own streaming API, in its own process --------------------------
 
 _LLAMA = None
+_BARE = None
+
+
+def _to_log(log_path: str) -> None:
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
 
 
 def _lcp_init(options: LoadOptions, log_path: str) -> None:
     global _LLAMA
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
+    _to_log(log_path)
     from chatapp.engine.worker import open_llama
 
     _LLAMA = open_llama(options, verbose=False)
+
+
+# ---- the floor: llama_decode one token at a time, nothing sampled, from Python ----------
+
+
+def _bare_init(options: LoadOptions, log_path: str) -> None:
+    global _BARE
+    _to_log(log_path)
+    from chatapp.engine.worker import Worker
+
+    _BARE = Worker(options)
+
+
+def _bare_run(prompt: tuple[int, ...], n: int) -> Run:
+    w = _BARE
+    w.reuse_prefix([-1])  # nothing in common: a fresh cache
+    t0 = time.perf_counter()
+    if w.decode(list(prompt[:-1])) or w.decode_one(prompt[-1]):
+        raise RuntimeError("llama_decode failed in the bare loop")
+    times = [time.perf_counter()]
+    for i in range(n - 1):
+        w.decode_one(prompt[i % len(prompt)])  # the same positions as a reply of n tokens
+        times.append(time.perf_counter())
+    decode = (len(times) - 1) / (times[-1] - times[0])
+    return Run(len(prompt) / (times[0] - t0), decode, n)
 
 
 def _lcp_run(prompt: tuple[int, ...], n: int) -> Run:
     s = BENCH_SETTINGS
     t0 = time.perf_counter()
     times = []
-    for _ in _LLAMA.create_completion(
+    for chunk in _LLAMA.create_completion(
         list(prompt),
         max_tokens=n,
         stream=True,
@@ -88,7 +118,8 @@ def _lcp_run(prompt: tuple[int, ...], n: int) -> Run:
         repeat_penalty=s.repeat_penalty,
         seed=s.seed,
     ):
-        times.append(time.perf_counter())
+        if chunk["choices"][0]["finish_reason"] is None:  # the last chunk only says why it ended
+            times.append(time.perf_counter())
     decode = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
     return Run(len(prompt) / (times[0] - t0), decode, len(times))
 
@@ -133,17 +164,23 @@ def run_bench(
         print(f"error: llama-bench not found at {llama_bench}", file=sys.stderr)
         return 1
     log = str(paths.log_dir() / "bench-llama-cpp-python.log")
-    results: dict[str, list[Run]] = {"engine": [], "llama-cpp-python": []}
+    results: dict[str, list[Run]] = {"engine": [], "llama-cpp-python": [], "bare decode": []}
     if llama_bench:
         results["llama-bench"] = []
     ctx = mp.get_context("spawn")
-    with LocalEngine(options) as engine, ctx.Pool(1, _lcp_init, (options, log)) as pool:
+    with (
+        LocalEngine(options) as engine,
+        ctx.Pool(1, _lcp_init, (options, log)) as pool,
+        ctx.Pool(1, _bare_init, (options, log)) as bare,
+    ):
         prompts = [_prompt_ids(engine, prompt_tokens, r) for r in range(reps + 1)]
-        engine_run(engine, prompts[-1], 8)  # warm-up, both sides
+        engine_run(engine, prompts[-1], 8)  # warm-up, every side
         pool.apply(_lcp_run, (prompts[-1], 8))
+        bare.apply(_bare_run, (prompts[-1], 8))
         for rep in range(reps):
             results["engine"].append(engine_run(engine, prompts[rep], tokens))
             results["llama-cpp-python"].append(pool.apply(_lcp_run, (prompts[rep], tokens)))
+            results["bare decode"].append(bare.apply(_bare_run, (prompts[rep], tokens)))
             if llama_bench:
                 results["llama-bench"].append(
                     llama_bench_run(llama_bench, options, prompt_tokens, tokens)
@@ -176,24 +213,25 @@ def summarize(
         }
         for name, runs in results.items()
     }
-    engine_runs = results["engine"]
 
-    def paired(other: list[Run], field: str) -> float | None:
+    def paired(mine: list[Run], other: list[Run], field: str) -> float | None:
         # Median of per-repetition ratios: each pair ran back to back, so drift cancels.
         ratios = [
             getattr(e, field) / getattr(o, field)
-            for e, o in zip(engine_runs, other, strict=True)
+            for e, o in zip(mine, other, strict=True)
             if getattr(o, field)
         ]
         return median(ratios) if ratios else None
 
+    pairs = [("engine", name) for name in results if name != "engine"]
+    if "bare decode" in results:
+        pairs.append(("llama-cpp-python", "bare decode"))  # how close the reference is to the floor
     ratios = {
-        f"engine/{name}": {
-            "decode": paired(runs, "decode_tps"),
-            "prefill": paired(runs, "prefill_tps"),
+        f"{a}/{b}": {
+            "decode": paired(results[a], results[b], "decode_tps"),
+            "prefill": paired(results[a], results[b], "prefill_tps"),
         }
-        for name, runs in results.items()
-        if name != "engine"
+        for a, b in pairs
     }
     return {
         "model": options.model_path,
@@ -219,5 +257,5 @@ def format_report(report: dict) -> str:
     for name, r in report["ratios"].items():
         dec = "n/a" if r["decode"] is None else f"{r['decode']:.3f}x"
         pre = "n/a" if r["prefill"] is None else f"{r['prefill']:.3f}x"
-        lines.append(f"{name:<28} decode {dec}  prefill {pre}")
+        lines.append(f"{name:<32} decode {dec}  prefill {pre}")
     return "\n".join(lines)

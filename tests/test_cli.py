@@ -95,3 +95,25 @@ def test_not_a_gguf_file_via_cli(tmp_path):
         == f"error: {bad} is not a GGUF model file (it is a ZIP archive, e.g. a PyTorch "
         "checkpoint; convert it to GGUF first)"
     )
+
+
+def test_bench_measures_every_contender_and_pairs_the_ratios():
+    r = chatapp(
+        "bench", "--reps", "2", "--tokens", "16", "--prompt-tokens", "32", "--json", timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert set(report["medians"]) == {"engine", "llama-cpp-python", "bare decode"}
+    for name, m in report["medians"].items():
+        assert len(m["runs"]) == 2, name
+        assert all(run["decode_tps"] > 0 and run["prefill_tps"] > 0 for run in m["runs"])
+        assert m["tokens"] == 16
+    ratios = report["ratios"]
+    assert set(ratios) == {
+        "engine/llama-cpp-python",
+        "engine/bare decode",
+        "llama-cpp-python/bare decode",
+    }
+    engine, bare = report["medians"]["engine"]["runs"], report["medians"]["bare decode"]["runs"]
+    by_hand = sorted(e["decode_tps"] / b["decode_tps"] for e, b in zip(engine, bare, strict=True))
+    assert ratios["engine/bare decode"]["decode"] == pytest.approx(sum(by_hand) / 2)
