@@ -61,6 +61,7 @@ class MessageView(Vertical):
         self.text = text
         self._footer = footer
         self._stream = None
+        self._painted_look: tuple = ()
 
     @property
     def footer(self) -> str:
@@ -75,21 +76,29 @@ class MessageView(Vertical):
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
-        if self.is_mounted:
-            self._paint()  # a new theme: the role and footer colours come from it
+        # A new theme changes the role and footer colours (and the code theme); hover and
+        # class changes arrive here too, and must not re-render a long message each time.
+        if self.is_mounted and self._look() != self._painted_look:
+            self._paint()
+
+    def _look(self) -> tuple:
+        return (
+            self.get_component_rich_style("messageview--role"),
+            self.get_component_rich_style("messageview--footer"),
+            self.app.current_theme.dark,
+        )
 
     def _paint(self) -> None:
         """Draw role, body (unless it is streaming in the Markdown widget) and footer."""
         label = {"user": "You", "assistant": "Assistant", "system": "System"}.get(
             self.role, self.role
         )
-        parts: list = [Text(label, style=self.get_component_rich_style("messageview--role"))]
+        self._painted_look = look = self._look()
+        parts: list = [Text(label, style=look[0])]
         if self._stream is None:
             parts.append(self._body())
         if self._footer:
-            parts.append(
-                Text(self._footer, style=self.get_component_rich_style("messageview--footer"))
-            )
+            parts.append(Text(self._footer, style=look[1]))
         self.query_one(".body", Static).update(Group(*parts))
 
     def _body(self):
