@@ -92,12 +92,17 @@ def _bare_init(options: LoadOptions, log_path: str) -> None:
 def _bare_run(prompt: tuple[int, ...], n: int) -> Run:
     w = _BARE
     w.reuse_prefix([-1])  # nothing in common: a fresh cache
+    sync = w.lib.llama_synchronize  # llama_decode may return before a GPU has finished
     t0 = time.perf_counter()
     if w.decode(list(prompt[:-1])) or w.decode_one(prompt[-1]):
         raise RuntimeError("llama_decode failed in the bare loop")
+    sync(w.ctx)
     times = [time.perf_counter()]
     for i in range(n - 1):
-        w.decode_one(prompt[i % len(prompt)])  # the same positions as a reply of n tokens
+        # the same positions as a reply of n tokens
+        if w.decode_one(prompt[i % len(prompt)]):
+            raise RuntimeError("llama_decode failed in the bare loop")
+        sync(w.ctx)
         times.append(time.perf_counter())
     decode = (len(times) - 1) / (times[-1] - times[0])
     return Run(len(prompt) / (times[0] - t0), decode, n)

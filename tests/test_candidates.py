@@ -58,6 +58,9 @@ SETTINGS = [
     SamplerSettings(temperature=0.7, top_k=0, top_p=0.9, min_p=0.1, repeat_penalty=1.3),
     SamplerSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0),
     SamplerSettings(temperature=0.9, top_k=5, top_p=1.0, min_p=0.0, repeat_penalty=1.0),
+    SamplerSettings(temperature=0.7, top_k=0, top_p=0.5, min_p=0.0, repeat_penalty=1.0),
+    SamplerSettings(temperature=1.0, top_k=65, top_p=1.0, min_p=0.0, repeat_penalty=1.3),
+    SamplerSettings(temperature=1.0, top_k=100, top_p=0.97, min_p=0.0, repeat_penalty=1.5),
     SamplerSettings(temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1),
 ]
 

@@ -306,3 +306,24 @@ async def test_a_streamed_paragraph_asks_for_layout_only_when_it_grows():
         assert layouts.count(False) > 60
         await item.finish(item.text)
         assert "word9 word0" in str(item.query_one(".body").content.renderables[1].markup)
+
+
+async def test_a_continued_reply_hides_its_old_stats_line_until_it_is_done():
+    from chatapp.sampling import SamplerSettings
+
+    engine = ScriptedEngine(delay=0.03)
+    app = ChatApp(lambda: engine, settings=SamplerSettings(max_tokens=6))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Go on")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        item = app.chat.items()[-1]
+        assert "6 tokens · stop: max" in item.footer
+
+        def shown() -> str:
+            return "".join(str(r) for r in item.query_one(".body").content.renderables)
+
+        await pilot.press("ctrl+o")
+        await wait_until(pilot, lambda: app.reply is not None and len(app.reply.tokens) > 8)
+        assert "stop:" not in shown()  # the old stats line is not above the streamed text
+        await wait_until(pilot, lambda: app.reply is None)
+        assert "12 tokens · stop: max" in shown()

@@ -35,9 +35,18 @@ def log_normalizer(logits: np.ndarray, top: float) -> float:
     return top + float(np.log(buf.sum()))  # float32 pairwise sum of values <= 1: exact enough
 
 
-def ranked_size(settings: SamplerSettings, top_n: int, n_vocab: int) -> int:
-    """How many of the best tokens to rank so every cut the settings make is exact."""
-    return min(max(top_n, RANKED, settings.top_k), n_vocab)
+def ranked_size(settings: SamplerSettings, top_n: int, n_vocab: int, banned: int = 0) -> int:
+    """How many of the best tokens to rank so that the top-k after penalties lies among them.
+
+    Penalties (and `banned` tokens, biased to -inf) only lower logits, but they can push ranked
+    tokens below unranked ones. With k + (tokens that can be lowered) ranked, at least k ranked
+    tokens keep their logits, and each of those beats every unranked token.
+    """
+    lowered = banned
+    if settings.repeat_penalty != 1.0:
+        lowered += settings.repeat_last_n
+    k = 1 if settings.greedy else settings.top_k
+    return min(max(top_n, RANKED, k + lowered if k > 0 else 0), n_vocab)
 
 
 def rank(logits: np.ndarray, m: int, normalize: bool = True) -> tuple[np.ndarray, float]:
@@ -130,11 +139,7 @@ def top_candidates(
         scaled = np.exp((pen[:n_kept] - best) / t)
         z_final = scaled.sum()
         if n_kept == m and not bounded:
-            # The kept set runs past the ranked candidates: add the raw tail above the cut.
-            floor = np.log(settings.min_p) + best if settings.min_p > 0 else -np.inf
-            tail = logits[logits < np.float32(raw.min())]
-            tail = tail[tail >= floor] if np.isfinite(floor) else tail
-            z_final += float(np.exp((tail.astype(np.float64) - best) / t).sum())
+            z_final += _kept_tail_mass(logits, idx, q, z_pen, best, settings)
         final = np.zeros(m)
         final[:n_kept] = scaled / z_final
 
@@ -147,6 +152,33 @@ def top_candidates(
         Candidate(ids[i], piece(ids[i]), p_raw[i], p_fin[i], i < n_k, i < n_p, mins[i])
         for i in range(n)
     )
+
+
+def _kept_tail_mass(
+    logits: np.ndarray,
+    idx: np.ndarray,
+    q: np.ndarray,
+    z_pen: float,
+    best: float,
+    settings: SamplerSettings,
+) -> float:
+    """Temperature-scaled mass of the unranked tokens that top-p and min-p keep (top-k off).
+
+    Rare and display-only (the native chain samples on this path); the tail is counted with
+    its raw logits, so penalties on tokens outside the ranked set are not modelled.
+    """
+    outside = np.ones(logits.shape[0], dtype=bool)
+    outside[idx] = False
+    tail = logits[outside].astype(np.float64)
+    if settings.min_p > 0:
+        tail = tail[tail >= np.log(settings.min_p) + best]
+    tail = np.sort(tail)[::-1]
+    if settings.top_p < 1.0 and tail.size:
+        # top-p keeps tokens until the mass reaches p, the one that reaches it included
+        cum = q.sum() + np.cumsum(np.exp(tail - best) / z_pen)
+        reached = int(np.searchsorted(cum, settings.top_p))
+        tail = tail[: reached + 1]
+    return float(np.exp((tail - best) / settings.temperature).sum())
 
 
 def token_logprob(logits: np.ndarray, token: int, log_z: float) -> float:

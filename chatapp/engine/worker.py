@@ -412,9 +412,9 @@ class RecentTokens:
 class SubsetSampler:
     """Runs the native chain on the best few tokens instead of the whole vocabulary.
 
-    Exact whenever top-k (1..m) or greedy bounds the kept set: penalties only lower logits, so
-    no token outside the m best can reach the top k. Saves building and sorting an
-    n_vocab-sized candidate array on every token.
+    Exact whenever top-k or greedy bounds the kept set and the m best were ranked with room for
+    every token the penalties or the EOG ban can lower (candidates.ranked_size). Saves building
+    and sorting an n_vocab-sized candidate array on every token.
     """
 
     DTYPE = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
@@ -443,7 +443,8 @@ class SubsetSampler:
 
 
 def subset_exact(s: SamplerSettings, m: int) -> bool:
-    """Whether sampling among the m best tokens equals sampling over the whole vocabulary."""
+    """Whether sampling among the m best tokens (m from ranked_size) equals sampling over the
+    whole vocabulary."""
     return s.greedy or 0 < s.top_k <= m
 
 
@@ -546,6 +547,7 @@ class Generation:
         text = ""
         lib, ctx = w.lib, w.ctx
         subset = SubsetSampler(lib, 256)
+        n_banned = len(w.eog_tokens()) if req.ignore_eos else 0
         try:
             while True:
                 if index - len(prefix) >= s.max_tokens:
@@ -567,7 +569,8 @@ class Generation:
                 logits = w.logits()
                 cands: tuple = ()
                 logprob = None
-                idx, log_z = rank(logits, ranked_size(s, req.top_n, w.n_vocab), req.top_n > 0)
+                m = ranked_size(s, req.top_n, w.n_vocab, n_banned)
+                idx, log_z = rank(logits, m, req.top_n > 0)
                 if req.top_n > 0:
                     cands = top_candidates(
                         logits, s, recent, req.top_n, w.piece, idx=idx, log_z=log_z

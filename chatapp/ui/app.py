@@ -304,6 +304,10 @@ class ChatApp(ChatActions, App):
         reply.initial_settings = self.settings
         self.reply = reply
         self.paint_log = []
+        if self._panels_timer is not None:  # (the last reply's finish flushed its panels)
+            self._panels_timer.stop()
+            self._panels_timer = None
+        self._prompt_event = None
         self._unshown = []
         self._panels_at = 0.0
         self.history.begin_reply(self.settings)
@@ -393,6 +397,7 @@ class ChatApp(ChatActions, App):
         self._unshown.extend(message.tokens)
         wait = self._panels_at + PANEL_S - time.perf_counter()
         if first:
+            self._panels_at = time.perf_counter()  # the next batches wait for the interval
             self.call_after_refresh(self._refresh_panels)  # the first token's frame stays small
         elif wait <= 0:
             self._refresh_panels()

@@ -97,7 +97,7 @@ class MessageView(Vertical):
         parts: list = [Text(label, style=look[0])]
         if self._stream is None:
             parts.append(self._body())
-        if self._footer:
+        if self._footer and self._stream is None:  # (a continued reply's old stats: not now)
             parts.append(Text(self._footer, style=look[1]))
         self.query_one(".body", Static).update(Group(*parts))
 

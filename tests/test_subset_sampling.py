@@ -1,0 +1,57 @@
+"""The worker samples among the best few tokens only where that equals the full native chain."""
+
+from __future__ import annotations
+
+import pytest
+
+from chatapp.engine import worker as worker_module
+from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions, Token
+from chatapp.sampling import SamplerSettings
+
+
+class Collect:
+    """Stands in for the pipe to the parent: keeps the events, never has a message waiting."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def send(self, message) -> None:
+        self.events.extend(message[1])
+
+    def poll(self) -> bool:
+        return False
+
+
+@pytest.fixture(scope="module")
+def worker(model_path):
+    return worker_module.Worker(LoadOptions(model_path=model_path, n_ctx=512, n_gpu_layers=0))
+
+
+def _reply(worker, settings: SamplerSettings, ignore_eos: bool = False) -> list[int]:
+    req = GenerateRequest(
+        (ChatMessage("user", "Name twenty animals, then twenty colours."),),
+        settings,
+        top_n=10,
+        ignore_eos=ignore_eos,
+    )
+    conn = Collect()
+    worker_module.Generation(worker, conn, req).run()
+    return [e.id for e in conn.events if isinstance(e, Token)]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        SamplerSettings(temperature=1.3, top_k=100, top_p=1.0, min_p=0.0, repeat_penalty=1.6),
+        SamplerSettings(temperature=0.9, top_k=64, top_p=0.95, min_p=0.0, repeat_penalty=1.3),
+        SamplerSettings(temperature=0.0, repeat_penalty=1.8),
+    ],
+    ids=["k100-rp1.6", "k64-rp1.3", "greedy-rp1.8"],
+)
+def test_subset_sampling_equals_the_full_chain(worker, settings, monkeypatch):
+    settings = settings.with_(seed=5, max_tokens=60)
+    fast = _reply(worker, settings, ignore_eos=True)
+    monkeypatch.setattr(worker_module, "subset_exact", lambda s, m: False)  # the whole vocabulary
+    full = _reply(worker, settings, ignore_eos=True)
+    assert len(fast) == 60
+    assert fast == full
