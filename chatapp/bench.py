@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import os
 import subprocess
 import sys
 import time
@@ -64,16 +63,11 @@ _LLAMA = None
 _BARE = None
 
 
-def _to_log(log_path: str) -> None:
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-
-
 def _lcp_init(options: LoadOptions, log_path: str) -> None:
     global _LLAMA
-    _to_log(log_path)
-    from chatapp.engine.worker import open_llama
+    from chatapp.engine.worker import open_llama, redirect_output
+
+    redirect_output(log_path)
 
     _LLAMA = open_llama(options, verbose=False)
 
@@ -83,8 +77,9 @@ def _lcp_init(options: LoadOptions, log_path: str) -> None:
 
 def _bare_init(options: LoadOptions, log_path: str) -> None:
     global _BARE
-    _to_log(log_path)
-    from chatapp.engine.worker import Worker
+    from chatapp.engine.worker import Worker, redirect_output
+
+    redirect_output(log_path)
 
     _BARE = Worker(options)
 

@@ -42,7 +42,7 @@ def main(
     conn: Connection, side: Connection, options: LoadOptions, log_path: str, nice: int = 0
 ) -> None:
     """Entry point of the worker process."""
-    _redirect_output(log_path)
+    redirect_output(log_path)
     if nice > 0:
         _lower_priority(nice)
     log_start = os.path.getsize(log_path)
@@ -73,7 +73,7 @@ def _lower_priority(nice: int) -> None:
             pass
 
 
-def _redirect_output(log_path: str) -> None:
+def redirect_output(log_path: str) -> None:
     """llama.cpp logs to fds 1/2: send both to the log file so they never reach a terminal."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
@@ -548,6 +548,7 @@ class Generation:
         lib, ctx = w.lib, w.ctx
         subset = SubsetSampler(lib, 256)
         n_banned = len(w.eog_tokens()) if req.ignore_eos else 0
+        m = ranked_size(s, req.top_n, w.n_vocab, n_banned)
         try:
             while True:
                 if index - len(prefix) >= s.max_tokens:
@@ -562,6 +563,7 @@ class Generation:
                     lib.llama_sampler_free(chain)
                     chain = w.build_chain(s, w.kv_tokens, req.ignore_eos)
                     recent = RecentTokens(w.kv_tokens, s.repeat_last_n)
+                    m = ranked_size(s, req.top_n, w.n_vocab, n_banned)
                     self.send(SettingsApplied(s, index), flush=True)
                     if index - len(prefix) >= s.max_tokens:
                         reason = StopReason.MAX_TOKENS
@@ -569,7 +571,6 @@ class Generation:
                 logits = w.logits()
                 cands: tuple = ()
                 logprob = None
-                m = ranked_size(s, req.top_n, w.n_vocab, n_banned)
                 idx, log_z = rank(logits, m, req.top_n > 0)
                 if req.top_n > 0:
                     cands = top_candidates(

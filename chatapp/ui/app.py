@@ -304,9 +304,7 @@ class ChatApp(ChatActions, App):
         reply.initial_settings = self.settings
         self.reply = reply
         self.paint_log = []
-        if self._panels_timer is not None:  # (the last reply's finish flushed its panels)
-            self._panels_timer.stop()
-            self._panels_timer = None
+        self._cancel_panels_timer()  # (the last reply's finish flushed its panels)
         self._prompt_event = None
         self._unshown = []
         self._panels_at = 0.0
@@ -404,11 +402,14 @@ class ChatApp(ChatActions, App):
         elif self._panels_timer is None:
             self._panels_timer = self.set_timer(wait, self._refresh_panels)
 
-    def _refresh_panels(self) -> None:
-        """Bring the side panels up to the reply's latest token."""
+    def _cancel_panels_timer(self) -> None:
         if self._panels_timer is not None:
             self._panels_timer.stop()
             self._panels_timer = None
+
+    def _refresh_panels(self) -> None:
+        """Bring the side panels up to the reply's latest token."""
+        self._cancel_panels_timer()
         reply = self.reply
         self._panels_at = time.perf_counter()
         if self._prompt_event is not None:

@@ -95,10 +95,10 @@ class MessageView(Vertical):
         )
         self._painted_look = look = self._look()
         parts: list = [Text(label, style=look[0])]
-        if self._stream is None:
+        if self._stream is None:  # (while streaming, not even a continued reply's old stats)
             parts.append(self._body())
-        if self._footer and self._stream is None:  # (a continued reply's old stats: not now)
-            parts.append(Text(self._footer, style=look[1]))
+            if self._footer:
+                parts.append(Text(self._footer, style=look[1]))
         self.query_one(".body", Static).update(Group(*parts))
 
     def _body(self):
