@@ -43,11 +43,16 @@ def _with_alarm(fn: Callable[[], T], seconds: float, message: str) -> T:
 def _with_async_exc(fn: Callable[[], T], seconds: float, message: str) -> T:
     tid = threading.get_ident()
     lock = threading.Lock()
-    state = {"done": False, "fired": False}
+    state = {"armed": False, "done": False, "fired": False, "early": False}
 
     def fire() -> None:
         with lock:
-            if not state["done"]:
+            if not state["armed"]:
+                # Under load the timer can fire before start() has returned: an exception
+                # delivered inside Thread.start() breaks threading's own bookkeeping (a
+                # KeyError escapes), so the deadline is reported once start() is back.
+                state["early"] = True
+            elif not state["done"]:
                 state["fired"] = True
                 _set_async_exc(tid, TimeoutError)
 
@@ -55,7 +60,12 @@ def _with_async_exc(fn: Callable[[], T], seconds: float, message: str) -> T:
     timer.daemon = True
     try:
         try:
-            timer.start()  # inside the try: under load it can fire before start() returns
+            timer.start()
+            with lock:
+                state["armed"] = True
+                if state["early"]:
+                    state["fired"] = True
+                    raise TimeoutError
             return fn()
         finally:
             with lock:
