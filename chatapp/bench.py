@@ -7,7 +7,7 @@ import multiprocessing as mp
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from chatapp import paths
@@ -127,14 +127,22 @@ def _lcp_run(prompt: tuple[int, ...], n: int) -> Run:
 # ---- llama.cpp's llama-bench -----------------------------------------------------------
 
 
-def llama_bench_run(exe: Path, options: LoadOptions, n_prompt: int, n_gen: int) -> Run:
-    """pp at depth 0, and tg after n_prompt tokens (-d), as the engine's runs are."""
+def llama_bench_run(
+    exe: Path, options: LoadOptions, n_prompt: int, n_gen: int, variant: str = "fa0"
+) -> Run:
+    """pp at depth 0, and tg after n_prompt tokens (-d), as the engine's runs are.
+
+    variant "fa0" / "fa1": flash attention off / on with the engine's threads and repack;
+    "default": llama-bench's own defaults (flash attention auto, its thread count, repack
+    on), i.e. what llama.cpp does when nobody chooses."""
     ngl = str(options.n_gpu_layers if options.n_gpu_layers >= 0 else 99)
     common = [
-        str(exe), "-m", options.model_path, "-t", str(options.threads), "-ngl", ngl,
-        "-b", str(options.n_batch), "-ub", str(options.n_batch),
-        "-fa", "1" if options.flash_attn else "0", "-r", "1", "-o", "json",
+        str(exe), "-m", options.model_path, "-ngl", ngl,
+        "-b", str(options.n_batch), "-ub", str(options.n_batch), "-r", "1", "-o", "json",
     ]  # fmt: skip
+    if variant != "default":
+        common += ["-t", str(options.threads), "-fa", variant[-1]]
+        common += ["--repack", "0" if options.repack is False else "1"]
 
     def avg_ts(*args: str) -> float:
         cmd = [*common, *args]
@@ -144,6 +152,21 @@ def llama_bench_run(exe: Path, options: LoadOptions, n_prompt: int, n_gen: int) 
     pp = avg_ts("-p", str(n_prompt), "-n", "0")
     tg = avg_ts("-p", "0", "-n", str(n_gen), "-d", str(n_prompt))
     return Run(pp, tg, n_gen)
+
+
+LLAMA_BENCH_VARIANTS = {
+    "llama-bench fa0": "fa0",
+    "llama-bench fa1": "fa1",
+    "llama.cpp default": "default",
+}
+
+
+def best_of(*sides: list[Run]) -> list[Run]:
+    """Per repetition, the faster decode of several configurations (prefill likewise)."""
+    return [
+        Run(max(r.prefill_tps for r in runs), max(r.decode_tps for r in runs), runs[0].tokens)
+        for runs in zip(*sides, strict=True)
+    ]
 
 
 # ---- the whole benchmark ---------------------------------------------------------------
@@ -166,39 +189,65 @@ def run_bench(
     log = str(paths.log_dir() / "bench-llama-cpp-python.log")
     results: dict[str, list[Run]] = {"engine": [], "llama-cpp-python": [], "bare decode": []}
     if llama_bench:
-        results["llama-bench"] = []
+        results.update({name: [] for name in LLAMA_BENCH_VARIANTS})
     ctx = mp.get_context("spawn")
-    with (
-        LocalEngine(options) as engine,
-        ctx.Pool(1, _lcp_init, (options, log)) as pool,
-        ctx.Pool(1, _bare_init, (options, log)) as bare,
-    ):
-        prompts = [_prompt_ids(engine, prompt_tokens, r) for r in range(reps + 1)]
-        engine_run(engine, prompts[-1], 8)  # warm-up, every side
-        pool.apply(_lcp_run, (prompts[-1], 8))
-        bare.apply(_bare_run, (prompts[-1], 8))
-        for rep in range(reps):
-            results["engine"].append(engine_run(engine, prompts[rep], tokens))
-            results["llama-cpp-python"].append(pool.apply(_lcp_run, (prompts[rep], tokens)))
-            results["bare decode"].append(bare.apply(_bare_run, (prompts[rep], tokens)))
-            if llama_bench:
-                results["llama-bench"].append(
-                    llama_bench_run(llama_bench, options, prompt_tokens, tokens)
-                )
-            if not as_json:
-                print(
-                    f"rep {rep + 1}/{reps}: "
-                    + "  ".join(
-                        f"{name} {runs[-1].decode_tps:.1f} t/s" for name, runs in results.items()
-                    ),
-                    file=sys.stderr,
-                )
+    with LocalEngine(options) as engine:
+        info = engine.info
+        # every contender runs what the engine chose here (tuned, or the CPU's defaults)
+        options = replace(
+            options, n_threads=info.n_threads, flash_attn=info.flash_attn, repack=info.repack
+        )
+        with (
+            ctx.Pool(1, _lcp_init, (options, log)) as pool,
+            ctx.Pool(1, _bare_init, (options, log)) as bare,
+        ):
+            sides = {"engine": engine, "llama-cpp-python": pool, "bare decode": bare}
+            _alternate(sides, options, results, tokens, prompt_tokens, reps, llama_bench, as_json)
+    if llama_bench:
+        results["best llama-bench"] = best_of(
+            results["llama-bench fa0"], results["llama-bench fa1"]
+        )
     report = summarize(results, options, tokens, prompt_tokens, reps)
     if as_json:
         print(json.dumps(report, indent=2))
     else:
         print(format_report(report))
     return 0
+
+
+def _alternate(
+    sides: dict,
+    options: LoadOptions,
+    results: dict[str, list[Run]],
+    tokens: int,
+    prompt_tokens: int,
+    reps: int,
+    llama_bench: Path | None,
+    as_json: bool,
+) -> None:
+    """Each repetition runs every contender once, back to back, on its own prompt."""
+    engine, pool, bare = sides["engine"], sides["llama-cpp-python"], sides["bare decode"]
+    prompts = [_prompt_ids(engine, prompt_tokens, r) for r in range(reps + 1)]
+    engine_run(engine, prompts[-1], 8)  # warm-up, every side
+    pool.apply(_lcp_run, (prompts[-1], 8))
+    bare.apply(_bare_run, (prompts[-1], 8))
+    for rep in range(reps):
+        results["engine"].append(engine_run(engine, prompts[rep], tokens))
+        results["llama-cpp-python"].append(pool.apply(_lcp_run, (prompts[rep], tokens)))
+        results["bare decode"].append(bare.apply(_bare_run, (prompts[rep], tokens)))
+        if llama_bench:
+            for name, variant in LLAMA_BENCH_VARIANTS.items():
+                results[name].append(
+                    llama_bench_run(llama_bench, options, prompt_tokens, tokens, variant)
+                )
+        if not as_json:
+            print(
+                f"rep {rep + 1}/{reps}: "
+                + "  ".join(
+                    f"{name} {runs[-1].decode_tps:.1f} t/s" for name, runs in results.items()
+                ),
+                file=sys.stderr,
+            )
 
 
 def summarize(
@@ -224,6 +273,8 @@ def summarize(
         return median(ratios) if ratios else None
 
     pairs = [("engine", name) for name in results if name != "engine"]
+    if "best llama-bench" in results:
+        pairs.append(("best llama-bench", "llama.cpp default"))  # what choosing is worth
     if "bare decode" in results:
         pairs.append(("llama-cpp-python", "bare decode"))  # how close the reference is to the floor
     ratios = {
@@ -237,6 +288,9 @@ def summarize(
         "model": options.model_path,
         "threads": options.threads,
         "n_gpu_layers": options.n_gpu_layers,
+        "flash_attn": options.flash_attn,
+        "repack": options.repack,
+        "depth": prompt_tokens,
         "tokens": tokens,
         "prompt_tokens": prompt_tokens,
         "reps": reps,
@@ -248,14 +302,21 @@ def summarize(
 
 def format_report(report: dict) -> str:
     lines = [
-        f"model {Path(report['model']).name}, {report['threads']} threads, "
-        f"pp{report['prompt_tokens']} tg{report['tokens']}, median of {report['reps']}",
-        f"{'':<18}{'prefill t/s':>12}{'decode t/s':>12}",
+        f"model {Path(report['model']).name}, {report['threads']} threads, flash attention "
+        f"{_on(report['flash_attn'])}, repack {_on(report['repack'])}, "
+        f"pp{report['prompt_tokens']} tg{report['tokens']} at depth {report['depth']}, "
+        f"median of {report['reps']}",
+        f"{'':<20}{'prefill t/s':>12}{'decode t/s':>12}",
     ]
     for name, m in report["medians"].items():
-        lines.append(f"{name:<18}{m['prefill_tps']:>12.1f}{m['decode_tps']:>12.1f}")
+        lines.append(f"{name:<20}{m['prefill_tps']:>12.1f}{m['decode_tps']:>12.1f}")
+    lines.append("paired ratios (median of per-repetition ratios):")
     for name, r in report["ratios"].items():
         dec = "n/a" if r["decode"] is None else f"{r['decode']:.3f}x"
         pre = "n/a" if r["prefill"] is None else f"{r['prefill']:.3f}x"
         lines.append(f"{name:<32} decode {dec}  prefill {pre}")
     return "\n".join(lines)
+
+
+def _on(value: bool | None) -> str:
+    return "auto" if value is None else "on" if value else "off"

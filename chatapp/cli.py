@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from chatapp.engine.protocol import EngineError, LoadOptions
-from chatapp.sampling import BOUNDS, SamplerSettings, SettingsError
+from chatapp.sampling import BOUNDS, SettingsError
 
 app = typer.Typer(
     name="chatapp",
@@ -30,7 +30,21 @@ ThreadsOpt = Annotated[
     int | None, typer.Option("--threads", min=1, help="CPU threads (default: all cores)")
 ]
 BatchOpt = Annotated[int, typer.Option("--batch", min=1, help="prompt batch size")]
-FlashOpt = Annotated[bool, typer.Option("--flash-attn/--no-flash-attn", help="flash attention")]
+FlashOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--flash-attn/--no-flash-attn",
+        help="flash attention (default: as tuned, else off on the CPU, auto on a GPU)",
+    ),
+]
+RepackOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--repack/--no-repack",
+        help="llama.cpp's extra CPU buffers: AMX, weight repacking (default: on unless they "
+        "crashed here)",
+    ),
+]
 
 
 def _bound_help(name: str) -> str:
@@ -40,21 +54,30 @@ def _bound_help(name: str) -> str:
 
 def load_options(
     model: Path | None,
-    ctx: int,
-    ngl: int,
-    threads: int | None,
+    ctx: int | None = None,
+    ngl: int | None = None,
+    threads: int | None = None,
     batch: int = 512,
-    flash_attn: bool = True,
+    flash_attn: bool | None = None,
+    repack: bool | None = None,
+    config=None,
 ) -> LoadOptions:
+    """LoadOptions from the command line; what is not given comes from config.toml."""
     from chatapp.commands.ask import resolve_model
+    from chatapp.config import Config
 
+    config = config or Config()
+    if model is None and config.default_model:
+        model = Path(config.default_model).expanduser()
+    ctx = ctx or config.n_ctx
     return LoadOptions(
         model_path=resolve_model(model),
         n_ctx=ctx,
-        n_gpu_layers=ngl,
-        n_threads=threads,
+        n_gpu_layers=config.n_gpu_layers if ngl is None else ngl,
+        n_threads=threads or config.threads,
         n_batch=min(batch, ctx),
-        flash_attn=flash_attn,
+        flash_attn=config.flash_attn if flash_attn is None else flash_attn,
+        repack=config.repack if repack is None else repack,
     )
 
 
@@ -68,7 +91,8 @@ def root(ctx: typer.Context) -> None:
             ngl=None,
             threads=None,
             batch=512,
-            flash_attn=True,
+            flash_attn=None,
+            repack=None,
             server=None,
             api_key_env=None,
             model_name=None,
@@ -86,7 +110,8 @@ def chat(
     ] = None,
     threads: ThreadsOpt = None,
     batch: BatchOpt = 512,
-    flash_attn: FlashOpt = True,
+    flash_attn: FlashOpt = None,
+    repack: RepackOpt = None,
     server: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
     api_key_env: Annotated[
         str | None, typer.Option(help="environment variable holding the server's API key")
@@ -97,17 +122,8 @@ def chat(
     from chatapp.config import load_config
 
     config, problems = load_config()
-    if server is None and model is None and config.default_model:
-        model = Path(config.default_model).expanduser()
     if server is None:
-        options = load_options(
-            model,
-            ctx or config.n_ctx,
-            config.n_gpu_layers if ngl is None else ngl,
-            threads or config.threads,
-            batch,
-            flash_attn,
-        )
+        options = load_options(model, ctx, ngl, threads, batch, flash_attn, repack, config)
     else:
         options = LoadOptions(model_path=str(model or ""), n_ctx=ctx or config.n_ctx)
     from chatapp.ui.app import run_chat_app  # the UI is imported only here
@@ -121,17 +137,23 @@ def ask(
     prompt: Annotated[str, typer.Argument(help="what to ask")],
     model: ModelOpt = None,
     system: Annotated[str | None, typer.Option(help="system prompt")] = None,
-    max_tokens: Annotated[int, typer.Option(help=_bound_help("max_tokens"))] = 256,
-    temperature: Annotated[float, typer.Option(help=_bound_help("temperature"))] = 0.8,
-    top_p: Annotated[float, typer.Option(help=_bound_help("top_p"))] = 0.95,
-    top_k: Annotated[int, typer.Option(help=_bound_help("top_k"))] = 40,
-    min_p: Annotated[float, typer.Option(help=_bound_help("min_p"))] = 0.05,
-    repeat_penalty: Annotated[float, typer.Option(help=_bound_help("repeat_penalty"))] = 1.1,
-    seed: Annotated[int, typer.Option(help=_bound_help("seed"))] = 42,
+    max_tokens: Annotated[int | None, typer.Option(help=_bound_help("max_tokens"))] = None,
+    temperature: Annotated[float | None, typer.Option(help=_bound_help("temperature"))] = None,
+    top_p: Annotated[float | None, typer.Option(help=_bound_help("top_p"))] = None,
+    top_k: Annotated[int | None, typer.Option(help=_bound_help("top_k"))] = None,
+    min_p: Annotated[float | None, typer.Option(help=_bound_help("min_p"))] = None,
+    repeat_penalty: Annotated[
+        float | None, typer.Option(help=_bound_help("repeat_penalty"))
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help=_bound_help("seed"))] = None,
     stop: Annotated[list[str] | None, typer.Option(help="stop string (repeatable)")] = None,
-    ctx: CtxOpt = 4096,
-    ngl: NglOpt = -1,
+    ctx: Annotated[int | None, typer.Option("--ctx", min=16, help="context size in tokens")] = None,
+    ngl: Annotated[
+        int | None, typer.Option("--ngl", min=-1, help="layers on the GPU (-1 = all)")
+    ] = None,
     threads: ThreadsOpt = None,
+    flash_attn: FlashOpt = None,
+    repack: RepackOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
     server: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
     api_key_env: Annotated[
@@ -139,23 +161,28 @@ def ask(
     ] = None,
     model_name: Annotated[str | None, typer.Option(help="model name on the server")] = None,
 ) -> None:
-    """Stream one reply to stdout, then a stats line to stderr."""
+    """Stream one reply to stdout, then a stats line to stderr (defaults from config.toml)."""
     from chatapp.commands.ask import run_ask
+    from chatapp.config import load_config
 
-    settings = SamplerSettings(
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        min_p=min_p,
-        repeat_penalty=repeat_penalty,
-        max_tokens=max_tokens,
-        seed=seed,
-    )
+    config, problems = load_config()
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    given = {
+        "temperature": temperature,
+        "top_p": top_p,
+        "top_k": top_k,
+        "min_p": min_p,
+        "repeat_penalty": repeat_penalty,
+        "max_tokens": max_tokens,
+        "seed": seed,
+    }
+    settings = config.sampler.with_(**{k: v for k, v in given.items() if v is not None})
     if server:
-        options = LoadOptions(model_path=str(model or ""), n_ctx=ctx)
+        options = LoadOptions(model_path=str(model or ""), n_ctx=ctx or config.n_ctx)
         remote = {"api_key_env": api_key_env, "model_name": model_name}
     else:
-        options = load_options(model, ctx, ngl, threads)
+        options = load_options(model, ctx, ngl, threads, 512, flash_attn, repack, config)
         remote = None
     code = run_ask(
         prompt,
@@ -188,7 +215,15 @@ def tokenize(
 def bench(
     model: ModelOpt = None,
     tokens: Annotated[int, typer.Option(min=8, help="tokens generated per run")] = 128,
-    prompt_tokens: Annotated[int, typer.Option(min=8, help="prompt tokens per run")] = 256,
+    prompt_tokens: Annotated[
+        int,
+        typer.Option(
+            "--depth",
+            "--prompt-tokens",
+            min=8,
+            help="prompt tokens per run: decode runs after them",
+        ),
+    ] = 256,
     reps: Annotated[int, typer.Option(min=1, help="repetitions (alternating)")] = 3,
     threads: ThreadsOpt = None,
     ngl: NglOpt = -1,
@@ -197,10 +232,11 @@ def bench(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
     ui: Annotated[bool, typer.Option("--ui", help="stream through the real TUI, headless")] = False,
-    flash_attn: FlashOpt = True,
+    flash_attn: FlashOpt = None,
+    repack: RepackOpt = None,
 ) -> None:
     """Decode and prefill speed of the engine vs llama-cpp-python (and llama-bench)."""
-    options = load_options(model, 2048, ngl, threads, flash_attn=flash_attn)
+    options = load_options(model, 2048, ngl, threads, flash_attn=flash_attn, repack=repack)
     if ui:
         from chatapp.ui.bench import run_ui_bench
 

@@ -48,7 +48,13 @@ class Config:
     n_gpu_layers: int = -1
     """Layers offloaded to the GPU; -1 = all, 0 = CPU only."""
     threads: int | None = None
-    """CPU threads for decoding; None (or 0 in the file) = all cores."""
+    """CPU threads for decoding; None (or 0 in the file) = as `chatapp tune` found, else all."""
+    flash_attn: bool | None = None
+    """Flash attention; None (absent) = tuned, else off on the CPU and llama.cpp's choice on
+    a GPU."""
+    repack: bool | None = None
+    """llama.cpp's extra CPU buffer types (AMX, weight repacking); None (absent) = on, unless
+    they crashed on this machine."""
     system_prompt: str = ""
     """System prompt of new conversations ("" = none)."""
     theme: str = DEFAULT_THEME
@@ -96,6 +102,12 @@ def _name(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _Bad(f"must be a non-empty string, got {_show(value)}")
     return value.strip()
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Bad(f"must be true or false, got {_show(value)}")
+    return value
 
 
 def _threads(value: Any) -> int | None:
@@ -177,6 +189,8 @@ class _Loader:
             "n_ctx": _whole(16, 1 << 22),
             "n_gpu_layers": _whole(-1, 100_000),
             "threads": _threads,
+            "flash_attn": _flag,
+            "repack": _flag,
             "system_prompt": _text,
             "theme": _name,
         }
@@ -293,6 +307,8 @@ def to_toml(config: Config) -> str:
         "n_ctx": config.n_ctx,
         "n_gpu_layers": config.n_gpu_layers,
         "threads": config.threads or 0,
+        "flash_attn": config.flash_attn,
+        "repack": config.repack,
         "system_prompt": config.system_prompt,
         "theme": config.theme,
     }

@@ -36,6 +36,8 @@ model_dirs = ["~/models", "rel"]
 n_ctx = 8192
 n_gpu_layers = 0
 threads = 4
+flash_attn = true
+repack = false
 system_prompt = "You are terse."
 theme = "nord"
 
@@ -72,6 +74,7 @@ def test_full_config_loads(tmp_path: Path) -> None:
     assert config.default_model == str(Path.home() / "models" / "smol.gguf")
     assert config.model_dirs == (str(Path.home() / "models"), str(path.parent / "rel"))
     assert (config.n_ctx, config.n_gpu_layers, config.threads) == (8192, 0, 4)
+    assert (config.flash_attn, config.repack) == (True, False)
     assert config.system_prompt == "You are terse." and config.theme == "nord"
     assert config.sampler == SamplerSettings(temperature=0.5, top_k=20)
     assert config.presets == {"code": SamplerSettings(temperature=0.1, max_tokens=2048)}
@@ -91,6 +94,7 @@ n_ctx = "big"
 threads = 0
 colour = "red"
 n_gpu_layers = true
+repack = "no"
 
 [sampler]
 top_p = 2
@@ -118,9 +122,10 @@ token = "secret"
     config, problems = load_config()
     assert problems == [
         'config.toml: n_ctx must be a whole number, got "big"',
-        "config.toml: unknown key colour (allowed: default_model, keys, model_dirs, n_ctx, "
-        "n_gpu_layers, presets, sampler, servers, system_prompt, theme, threads)",
+        "config.toml: unknown key colour (allowed: default_model, flash_attn, keys, model_dirs, "
+        "n_ctx, n_gpu_layers, presets, repack, sampler, servers, system_prompt, theme, threads)",
         "config.toml: n_gpu_layers must be a whole number, got True",
+        'config.toml: repack must be true or false, got "no"',
         "config.toml: sampler.top_p must be between 0 and 1, got 2",
         "config.toml: unknown key sampler.typo (allowed: max_tokens, min_p, repeat_last_n, "
         "repeat_penalty, seed, temperature, top_k, top_p)",

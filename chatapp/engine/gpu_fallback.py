@@ -1,14 +1,12 @@
-"""Load with GPU offload, stepping down the layer count when a load fails; remember what worked."""
+"""GPU offload steps: the layer counts a load tries when one fails, and what worked per file."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from chatapp import paths
-from chatapp.engine.protocol import EngineError, LoadOptions, ModelInfo
+from chatapp.engine.protocol import EngineError, LoadOptions
 
 MEMORY_FILE = "gpu-layers.json"
 
@@ -52,39 +50,26 @@ def layer_steps(requested: int, n_layers: int) -> list[int]:
     return steps
 
 
-def start_with_fallback(
-    options: LoadOptions,
-    make_engine: Callable[[LoadOptions], object],
-    n_layers: int,
-) -> tuple[object, ModelInfo, str]:
-    """Start an engine; when a load with GPU layers fails, retry with fewer and say so.
-
-    Returns (engine, info, note); note is "" when the first try worked. A file that also fails
-    on the CPU raises that error (it is not a memory problem).
-    """
-    known = remembered_layers(options.model_path)
-    if known is not None and options.n_gpu_layers != 0:
-        options = replace(options, n_gpu_layers=known)
+def steps_for(options: LoadOptions) -> list[int]:
+    """The GPU layer counts a load tries in turn: the layers asked for (or the count that
+    last worked for this file), then halving down to the CPU."""
     if options.n_gpu_layers == 0:
-        engine = make_engine(options)
-        return engine, engine.start(), ""
-    first_error: EngineError | None = None
-    last_error: EngineError | None = None
-    for layers in layer_steps(options.n_gpu_layers, n_layers):
-        engine = make_engine(replace(options, n_gpu_layers=layers))
-        try:
-            info = engine.start()
-        except EngineError as exc:
-            first_error = first_error or exc
-            last_error = exc
-            continue
-        if first_error is None:
-            return engine, info, ""
-        remember_layers(options.model_path, layers)
-        note = (
-            f"loading with all requested GPU layers failed ({first_error}); "
-            f"loaded with {layers} GPU layers instead (remembered for this file)"
-        )
-        return engine, info, note
-    assert last_error is not None
-    raise last_error  # it failed on the CPU too: not a memory problem, the CPU error says why
+        return [0]
+    known = remembered_layers(options.model_path)
+    requested = options.n_gpu_layers if known is None else known
+    if requested == 0:
+        return [0]
+    from chatapp.gguf_info import inspect
+
+    try:
+        n_layers = inspect(options.model_path).n_layers or 0
+    except EngineError:
+        return [requested]  # the load itself reports the bad file
+    return layer_steps(requested, n_layers)
+
+
+def step_down_notice(first_error: EngineError, layers: int) -> str:
+    return (
+        f"loading with all requested GPU layers failed ({first_error}); "
+        f"loaded with {layers} GPU layers instead (remembered for this file)"
+    )

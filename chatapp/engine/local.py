@@ -5,15 +5,18 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import signal
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from chatapp import paths
+from chatapp.engine import cpu_backend, gpu_fallback, machine
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineCrashed,
@@ -26,6 +29,7 @@ from chatapp.engine.protocol import (
     ModelInfo,
     TokenPiece,
 )
+from chatapp.engine.worker_log import extra_buffers_from_log, read_since, useful_lines
 from chatapp.sampling import SamplerSettings
 
 LOAD_TIMEOUT_S = 300.0
@@ -60,14 +64,65 @@ class LocalEngine:
         self._send_lock = threading.Lock()
         self._side_lock = threading.Lock()
         self._kill_reason = ""
+        self._loaded_options = options
+        self._replies = 0  # replies begun by this worker (a crash in the first names the CPU)
+        self.notes: list[str] = []  # what start() had to do to load (step-down, fallback)
 
     # ---- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> ModelInfo:
-        """Spawn a worker and load the model; raises EngineError naming the file and reason."""
+        """Spawn a worker and load the model; raises EngineError naming the file and reason.
+
+        Every path that loads a model comes here, so all of them get the same recoveries: a
+        load with GPU layers that fails steps down (halving to the CPU, remembered per file),
+        and a worker that crashes in llama.cpp's extra CPU buffers (AMX, repacking) on its
+        first compute is started again without them (remembered for this machine). What
+        happened is in `notes`, one sentence each."""
         check_model_file(self.options.model_path)
+        self.notes = []
+        options, tuned = cpu_backend.choose(self.options)
+        steps = gpu_fallback.steps_for(options)
+        first_error: EngineError | None = None
+        for layers in steps:
+            try:
+                info = self._start_surviving(replace(options, n_gpu_layers=layers))
+            except EngineError as exc:
+                first_error = first_error or exc
+                if layers == steps[-1]:
+                    raise  # it failed on the CPU too: not a memory problem, this error says why
+                continue
+            if first_error is not None:
+                gpu_fallback.remember_layers(options.model_path, layers)
+                self.notes.append(gpu_fallback.step_down_notice(first_error, layers))
+            self.info = replace(info, tuned=tuned)
+            return self.info
+        raise AssertionError("steps_for returns at least one step")
+
+    def _start_surviving(self, options: LoadOptions) -> ModelInfo:
+        """One load; a crash of the extra CPU buffers on the first compute is retried once
+        without them (unless the user asked for them)."""
+        try:
+            return self._spawn(options)
+        except EngineCrashed as exc:
+            sig = cpu_backend.crash_signal(exc.exitcode)
+            buffers = extra_buffers_from_log(self._log_since_start())
+            if (
+                sig is None
+                or sig is signal.SIGILL
+                or not buffers
+                or not options.repack
+                or self.options.repack is True
+            ):
+                raise
+        machine.remember(repack_crash=cpu_backend.backend_name(buffers))
+        self.notes.append(cpu_backend.fallback_notice(buffers, sig))
+        return self._spawn(replace(options, repack=False))
+
+    def _spawn(self, options: LoadOptions) -> ModelInfo:
         self.close()
         self._kill_reason = ""
+        self._loaded_options = options
+        self._replies = 0
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         side_parent, side_child = ctx.Pipe()
@@ -78,7 +133,7 @@ class LocalEngine:
 
         proc = ctx.Process(
             target=worker.main,
-            args=(child, side_child, self.options, str(self.log_path), self.nice),
+            args=(child, side_child, options, str(self.log_path), self.nice),
             name="chatapp-worker",
             daemon=True,
         )
@@ -87,18 +142,17 @@ class LocalEngine:
         child.close()
         side_child.close()
         self._proc, self._conn, self._side = proc, parent, side_parent
-        msg = self._recv(timeout=LOAD_TIMEOUT_S, what="loading the model")
+        what = "loading the model"
+        while True:
+            msg = self._recv(timeout=LOAD_TIMEOUT_S, what=what)
+            if msg[0] != "warming_up":
+                break
+            what = "warming up (its first decode)"
         if msg[0] == "load_failed":
             self.close()
             raise EngineError(msg[1])
-        info: ModelInfo = msg[1]
-        from chatapp.engine.worker import offloaded_from_log
-
-        logged = offloaded_from_log(self._log_since_start())
-        if logged is not None and logged != info.n_gpu_layers:
-            info = _replace(info, n_gpu_layers=logged)
-        self.info = info
-        return info
+        self.info = msg[1]
+        return self.info
 
     @property
     def alive(self) -> bool:
@@ -183,40 +237,37 @@ class LocalEngine:
         code = self._proc.exitcode if self._proc is not None else None
         shown = None if self._kill_reason else code  # our own SIGKILL: the reason says why
         if shown is not None and shown < 0:
-            import signal
-
             try:
                 message += f" (signal {signal.Signals(-shown).name})"
             except ValueError:
                 message += f" (signal {-shown})"
         elif shown:
             message += f" (exit code {shown})"
-        tail = self.log_tail()
+        log = self._log_since_start()
+        sig = cpu_backend.crash_signal(shown)
+        buffers = extra_buffers_from_log(log)
+        cause = cpu_backend.crash_cause(sig, buffers, bool(self._loaded_options.repack))
+        if sig is not None and buffers and self._replies == 1 and self.options.repack is None:
+            # Its first reply: the backend's first real compute. The next start goes without.
+            machine.remember(repack_crash=cpu_backend.backend_name(buffers))
+            cause = cpu_backend.fallback_notice(buffers, sig).replace("running", "it will run")
+        message += f": {cause}" if cause else ""
+        tail = useful_lines(log)
         return EngineCrashed(message + "; start it again to continue", tail, code)
 
     def _log_since_start(self) -> str:
-        try:
-            with self.log_path.open("rb") as fh:
-                fh.seek(self._log_start)
-                return fh.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return read_since(self.log_path, self._log_start)
 
-    def log_tail(self, lines: int = 12) -> str:
-        """The last lines the worker (llama.cpp) wrote to its log in this session."""
-        try:
-            with self.log_path.open("rb") as fh:
-                fh.seek(self._log_start)
-                data = fh.read()[-65536:]
-        except OSError:
-            return ""
-        return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+    def log_tail(self, lines: int = 8) -> str:
+        """The worker log lines worth showing: buffer types and llama.cpp's last lines."""
+        return useful_lines(self._log_since_start(), lines)
 
     # ---- the Engine interface -----------------------------------------------------------
 
     def generate(self, request: GenerateRequest) -> Iterator[Event]:
         """Stream one reply's events; raises EngineCrashed if the worker dies."""
         self._send(("generate", request))
+        self._replies += 1
         while True:
             msg = self._recv()
             if msg[0] != "events":
@@ -300,9 +351,3 @@ def real_std_streams():
         sys.stdout, sys.stderr = saved
         if devnull is not None:
             devnull.close()
-
-
-def _replace(info: ModelInfo, **changes) -> ModelInfo:
-    from dataclasses import replace
-
-    return replace(info, **changes)

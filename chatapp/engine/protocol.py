@@ -49,9 +49,14 @@ class LoadOptions:
     model_path: str
     n_ctx: int = 4096
     n_gpu_layers: int = -1  # -1 = all layers
-    n_threads: int | None = None  # None = all cores
+    n_threads: int | None = None  # None = as `chatapp tune` found best here, else all cores
     n_batch: int = 512
-    flash_attn: bool = True  # llama.cpp's own default (auto) turns it on for CPU and CUDA
+    flash_attn: bool | None = None
+    """None = choose: the tuned value, else off on the CPU (decode is faster without it
+    there) and llama.cpp's own choice (auto) with GPU layers."""
+    repack: bool | None = None
+    """llama.cpp's extra CPU buffer types (AMX, CPU_REPACK weight repacking); None = on,
+    unless they crashed on this machine and build (remembered) or the tune turned them off."""
 
     @property
     def threads(self) -> int:
@@ -77,6 +82,10 @@ class ModelInfo:
     architecture: str = ""
     quant: str = ""
     n_params: int = 0
+    flash_attn: bool = False  # as llama.cpp resolved it (read from its log)
+    repack: bool = True  # extra CPU buffer types allowed
+    extra_buffers: tuple[str, ...] = ()  # extra CPU buffer types in use (AMX, CPU_REPACK)
+    tuned: bool = False  # threads / flash attention / repack came from `chatapp tune`
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import codecs
+import contextlib
 import ctypes
 import os
-import re
 import sys
 import threading
 import time
@@ -31,6 +31,13 @@ from chatapp.engine.protocol import (
     TokenPiece,
 )
 from chatapp.engine.timebound import call_with_timeout
+from chatapp.engine.worker_log import (
+    extra_buffers_from_log,
+    flash_attn_from_log,
+    load_error_from_log,
+    offloaded_from_log,
+    read_since,
+)
 from chatapp.metrics import stats_from_times
 from chatapp.sampling import SamplerSettings
 
@@ -49,10 +56,22 @@ def main(
     try:
         worker = Worker(options)
     except Exception as exc:  # noqa: BLE001 - every load failure becomes one message
-        reason = _load_error(options.model_path, exc, _log_since(log_path, log_start))
+        reason = _load_error(options.model_path, exc, read_since(log_path, log_start))
         conn.send(("load_failed", reason))
         return
-    conn.send(("loaded", worker.info))
+    conn.send(("warming_up",))  # a crash from here on is the backend's first compute
+    code = worker.warm_up()
+    if code != 0:
+        conn.send(
+            (
+                "load_failed",
+                f"could not load {options.model_path}: llama.cpp's "
+                f"first decode failed (code {code})",
+            )
+        )
+        return
+    log = read_since(log_path, log_start)
+    conn.send(("loaded", worker.described(log)))
     threading.Thread(target=worker.serve_side, args=(side,), daemon=True).start()
     worker.serve(conn)
 
@@ -83,48 +102,74 @@ def redirect_output(log_path: str) -> None:
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
 
 
-_LOAD_ERROR_RE = re.compile(r"error loading model: (.+)")
-
-
-def _log_since(log_path: str, offset: int) -> str:
-    """What was written to the log since `offset` (llama.cpp's reasons for a failed load)."""
-    try:
-        sys.stderr.flush()
-        with open(log_path, "rb") as fh:
-            fh.seek(offset)
-            return fh.read()[-65536:].decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 def _load_error(path: str, exc: Exception, log_text: str = "") -> str:
     """One sentence: llama.cpp's own reason from the log, not its generic exception text."""
     reason = str(exc).strip() or type(exc).__name__
     if "Failed to load model from file" in reason:
-        found = _LOAD_ERROR_RE.findall(log_text)
+        found = load_error_from_log(log_text)
         if found:
-            reason = f"llama.cpp says: {found[-1].strip()}"
+            reason = f"llama.cpp says: {found}"
         else:
             reason = "llama.cpp could not load it (see the log for details)"
     return f"could not load {path}: {reason}"
 
 
 def open_llama(options: LoadOptions, verbose: bool):
-    """A llama_cpp.Llama as LoadOptions say (also used by the benchmark's reference side)."""
+    """A llama_cpp.Llama as LoadOptions say (also used by the benchmark's reference side).
+
+    Two settings Llama() does not take are set on the params it builds: `use_extra_bufts`
+    (repack off) and flash attention "auto" (llama.cpp's own choice, used with GPU layers)."""
     import llama_cpp
 
-    return llama_cpp.Llama(
-        model_path=options.model_path,
-        n_ctx=options.n_ctx,
-        n_gpu_layers=options.n_gpu_layers,
-        n_threads=options.threads,
-        n_threads_batch=options.threads,
-        n_batch=options.n_batch,
-        n_ubatch=options.n_batch,
-        flash_attn=options.flash_attn,
-        logits_all=False,  # logits of the last token only: all rows would cost every step
-        verbose=verbose,  # verbose=False would redirect this process's fds 1/2 while loading
-    )
+    auto_fa = options.flash_attn is None and options.n_gpu_layers != 0 and gpu_offload()
+    with _load_params(extra_bufts=options.repack is not False, auto_fa=auto_fa):
+        return llama_cpp.Llama(
+            model_path=options.model_path,
+            n_ctx=options.n_ctx,
+            n_gpu_layers=options.n_gpu_layers,
+            n_threads=options.threads,
+            n_threads_batch=options.threads,
+            n_batch=options.n_batch,
+            n_ubatch=options.n_batch,
+            flash_attn=bool(options.flash_attn),
+            logits_all=False,  # logits of the last token only: all rows would cost every step
+            verbose=verbose,  # verbose=False would redirect this process's fds 1/2 while loading
+        )
+
+
+def gpu_offload() -> bool:
+    """Whether this llama.cpp build can offload layers to a GPU."""
+    import llama_cpp
+
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+@contextlib.contextmanager
+def _load_params(extra_bufts: bool, auto_fa: bool):
+    """Patch the two param factories Llama() calls, for the length of one load."""
+    import llama_cpp
+    from llama_cpp import _internals
+
+    model_defaults = llama_cpp.llama_cpp.llama_model_default_params
+    context_class = _internals.LlamaContext
+
+    def model_params():
+        params = model_defaults()
+        params.use_extra_bufts = extra_bufts
+        return params
+
+    def context(*args, **kwargs):
+        if auto_fa:
+            kwargs["params"].flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
+        return context_class(*args, **kwargs)
+
+    llama_cpp.llama_cpp.llama_model_default_params = model_params
+    _internals.LlamaContext = context
+    try:
+        yield
+    finally:
+        llama_cpp.llama_cpp.llama_model_default_params = model_defaults
+        _internals.LlamaContext = context_class
 
 
 class Worker:
@@ -175,7 +220,32 @@ class Worker:
             architecture=meta.get("general.architecture", ""),
             quant=desc.value.decode("utf-8", "replace").rsplit(" ", 1)[-1],
             n_params=int(llama_cpp.llama_model_n_params(self.model)),
+            flash_attn=bool(options.flash_attn),
+            repack=options.repack is not False,
         )
+
+    def warm_up(self) -> int:
+        """Run the backend once, as llama.cpp's own tools do, so a backend that crashes on this
+        CPU does it now (the engine can then retry without it) and not on the first reply."""
+        _inject_warm_up_fault(self.options)
+        tok = self.bos_id if self.bos_id >= 0 else max(self.eos_id, 0)
+        code = self.decode([tok, tok]) or self.decode_one(tok)
+        self.lib.llama_memory_clear(self.mem, True)
+        self.kv_tokens = []
+        return code
+
+    def described(self, log_text: str) -> ModelInfo:
+        """The load's facts that only llama.cpp's log tells: GPU layers, flash attention as
+        resolved, extra CPU buffer types in use."""
+        from dataclasses import replace
+
+        layers = offloaded_from_log(log_text)
+        info = replace(
+            self.info,
+            extra_buffers=extra_buffers_from_log(log_text),
+            flash_attn=flash_attn_from_log(log_text, self.info.flash_attn),
+        )
+        return info if layers is None else replace(info, n_gpu_layers=layers)
 
     # ---- tokens -------------------------------------------------------------------------
 
@@ -636,10 +706,20 @@ def _offloaded_layers(gpu_ok: bool, requested: int, n_layers: int) -> int:
     return total if requested < 0 else min(requested, total)
 
 
-_OFFLOAD_RE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+WARM_UP_FAULT_ENV = "CHATAPP_FAULT_WARM_UP"
 
 
-def offloaded_from_log(log_text: str) -> int | None:
-    """Layers on the GPU as llama.cpp logged them, when it did."""
-    found = _OFFLOAD_RE.findall(log_text)
-    return int(found[-1][0]) if found else None
+def _inject_warm_up_fault(options: LoadOptions) -> None:
+    """Fault injection for tests: CHATAPP_FAULT_WARM_UP=SIGSEGV kills the worker with that
+    signal in warm-up while extra CPU buffers are on (as llama.cpp's AMX path does on some
+    CPUs); "SIGILL:always" does so whatever the buffers."""
+    value = os.environ.get(WARM_UP_FAULT_ENV, "")
+    if not value:
+        return
+    name, _, when = value.partition(":")
+    if when == "always" or options.repack is not False:
+        import signal
+
+        sys.stderr.flush()
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+        os.kill(os.getpid(), getattr(signal, name))

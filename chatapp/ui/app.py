@@ -206,8 +206,9 @@ class ChatApp(ChatActions, App):
         try:
             if self.engine is not None:
                 self.engine.close()
-            engine, info, note = self._start_engine(self.engine_factory())
-            if note:
+            engine = self.engine_factory()
+            info = engine.start()  # GPU step-down and CPU fallbacks happen inside
+            for note in getattr(engine, "notes", ()):
                 self.post_message(NoticeShown(note))
         except EngineCrashed as exc:
             self.post_message(EngineFailed(str(exc), exc.log_tail, crashed=True))
@@ -220,22 +221,6 @@ class ChatApp(ChatActions, App):
             return
         self.engine = engine
         self.post_message(EngineReady(info))
-
-    def _start_engine(self, engine) -> tuple[object, ModelInfo, str]:
-        """Start a new engine; a local one with GPU layers steps down if its load fails."""
-        from chatapp.engine.local import LocalEngine
-
-        options = getattr(engine, "options", None)
-        if not isinstance(engine, LocalEngine) or options is None or options.n_gpu_layers == 0:
-            return engine, engine.start(), ""
-        from chatapp.engine.gpu_fallback import start_with_fallback
-        from chatapp.gguf_info import inspect
-
-        try:
-            n_layers = inspect(options.model_path).n_layers or 0
-        except EngineError:
-            return engine, engine.start(), ""  # the start reports the bad file
-        return start_with_fallback(options, lambda o: LocalEngine(o, nice=engine.nice), n_layers)
 
     def on_engine_ready(self, message: EngineReady) -> None:
         self._loading = False

@@ -1,0 +1,77 @@
+"""Load choices that depend on this CPU: tuned settings, the extra-buffer fallback, crash causes."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import replace
+
+from chatapp.engine import machine
+from chatapp.engine.protocol import LoadOptions
+
+CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGILL, signal.SIGBUS)
+NATIVE_OFF_BUILD = (
+    'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --force-reinstall --no-cache-dir '
+    "'llama-cpp-python==0.3.36'"
+)
+
+
+def choose(options: LoadOptions) -> tuple[LoadOptions, bool]:
+    """Fill what the user left open (threads, flash attention, repack) from this machine:
+    `chatapp tune`'s best for the file, and extra buffers off where they crashed here.
+
+    Flash attention left open stays None: the worker turns it off on the CPU (decode is
+    faster without it there: tune measures it) and leaves llama.cpp's auto with GPU layers.
+    Returns the options and whether a tune's result was used."""
+    best = machine.tuned(options.model_path)
+    changes: dict = {}
+    if best and best.get("n_gpu_layers") == options.n_gpu_layers:  # measured as it will run
+        if options.n_threads is None and isinstance(best.get("threads"), int):
+            changes["n_threads"] = best["threads"]
+        if options.flash_attn is None and isinstance(best.get("flash_attn"), bool):
+            changes["flash_attn"] = best["flash_attn"]
+        if options.repack is None and isinstance(best.get("repack"), bool):
+            changes["repack"] = best["repack"]
+    tuned = bool(changes)
+    if options.repack is None and changes.get("repack") is not False:
+        changes["repack"] = not machine.repack_crashes()
+    return replace(options, **changes), tuned
+
+
+def crash_signal(exitcode: int | None) -> signal.Signals | None:
+    """The signal that killed a worker, when it is one a CPU backend fault gives."""
+    if exitcode is None or exitcode >= 0:
+        return None
+    try:
+        sig = signal.Signals(-exitcode)
+    except ValueError:
+        return None
+    return sig if sig in CRASH_SIGNALS else None
+
+
+def backend_name(buffers: tuple[str, ...]) -> str:
+    """How to name the extra buffer path in a sentence: AMX first, it is the known crasher."""
+    if "AMX" in buffers:
+        return "AMX"
+    return buffers[0] if buffers else "extra CPU buffer"
+
+
+def fallback_notice(buffers: tuple[str, ...], sig: signal.Signals) -> str:
+    return (
+        f"llama.cpp's {backend_name(buffers)} path crashed on this CPU ({sig.name}); "
+        "running without it (remembered for this machine; --repack tries it again)"
+    )
+
+
+def crash_cause(sig: signal.Signals | None, buffers: tuple[str, ...], repack: bool) -> str:
+    """A clause naming what most likely killed the worker, and what to do ('' if unknown)."""
+    if sig is signal.SIGILL:
+        return (
+            "llama.cpp used an instruction this CPU lacks (its build targets another CPU); "
+            f"rebuild it for this one: {NATIVE_OFF_BUILD}"
+        )
+    if sig is not None and buffers and repack:
+        return (
+            f"llama.cpp's {backend_name(buffers)} path crashed ({sig.name}); "
+            "try --no-repack (or repack = false in config.toml)"
+        )
+    return ""

@@ -1,0 +1,137 @@
+"""This machine and llama.cpp build as a key, and the load choices remembered for that pair."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from chatapp import paths
+
+MEMORY_FILE = "machine.json"
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+@cache
+def cpu_name() -> str:
+    """The CPU's model name (e.g. "Intel(R) Xeon(R) Platinum 8481C")."""
+    for line in _cpuinfo().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+@cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as the kernel lists them (empty where /proc is absent)."""
+    for line in _cpuinfo().splitlines():
+        if line.startswith(("flags", "Features")):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def has_amx() -> bool:
+    """Whether the CPU has AMX tiles (llama.cpp then loads weights into an AMX buffer)."""
+    return "amx_int8" in cpu_flags() or "amx_tile" in cpu_flags()
+
+
+@cache
+def machine_key() -> str:
+    """CPU model, its flags and the core count: what a tuned choice depends on."""
+    flags = hashlib.sha1(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:10]
+    return f"{cpu_name()} | {os.cpu_count()} cpus | flags {flags}"
+
+
+@cache
+def build_key() -> str:
+    """llama-cpp-python's version plus its shared libraries' sizes and times: a rebuild (with
+    CUDA, or of another llama.cpp) is another build. Found without importing llama_cpp."""
+    try:
+        version = importlib.metadata.version("llama_cpp_python")
+    except importlib.metadata.PackageNotFoundError:
+        version = "?"
+    spec = importlib.util.find_spec("llama_cpp")
+    parts = []
+    for where in (spec.submodule_search_locations or []) if spec else []:
+        lib = Path(where) / "lib"
+        for so in sorted(lib.glob("*.so*")) + sorted(lib.glob("*.dylib")) if lib.is_dir() else []:
+            st = so.stat()
+            parts.append(f"{so.name}:{st.st_size}:{int(st.st_mtime)}")
+    digest = hashlib.sha1("\n".join(parts).encode()).hexdigest()[:10]
+    return f"llama-cpp-python {version} | libs {digest}"
+
+
+def _memory_path() -> Path:
+    return paths.cache_dir() / MEMORY_FILE
+
+
+def _load() -> dict[str, Any]:
+    try:
+        data = json.loads(_memory_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def recall() -> dict[str, Any]:
+    """What is remembered for this machine and llama.cpp build ({} when nothing is)."""
+    entry = _load().get(f"{machine_key()} || {build_key()}", {})
+    return entry if isinstance(entry, dict) else {}
+
+
+def remember(**values: Any) -> None:
+    """Merge values into this machine and build's entry (atomic write, best effort)."""
+    data = _load()
+    key = f"{machine_key()} || {build_key()}"
+    entry = data.get(key) if isinstance(data.get(key), dict) else {}
+    data[key] = {**entry, **values}
+    path = _memory_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".machine-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # the next start finds out again
+
+
+def repack_crashes() -> str:
+    """The extra buffer type that crashed llama.cpp here ("AMX", "CPU_REPACK"), or ""."""
+    value = recall().get("repack_crash", "")
+    return value if isinstance(value, str) else ""
+
+
+def file_key(model_path: str) -> str:
+    """A model file by its resolved path, size and modification time."""
+    p = Path(model_path).expanduser().resolve()
+    try:
+        st = p.stat()
+    except OSError:
+        return str(p)
+    return f"{p}:{st.st_size}:{int(st.st_mtime)}"
+
+
+def tuned(model_path: str) -> dict[str, Any] | None:
+    """The best settings `chatapp tune` measured for this file here, if it ran."""
+    value = recall().get("tuned", {}).get(file_key(model_path))
+    return value if isinstance(value, dict) else None
+
+
+def remember_tuned(model_path: str, best: dict[str, Any]) -> None:
+    entry = recall().get("tuned", {})
+    entry = entry if isinstance(entry, dict) else {}
+    remember(tuned={**entry, file_key(model_path): best})

@@ -1,0 +1,134 @@
+"""llama.cpp's extra CPU buffers (AMX, repacking) crashing on the first compute: the engine
+starts again without them, says so in one line, remembers it; crash notices name the cause."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chatapp import paths, quantize
+from chatapp.bundled import smollm2_path
+from chatapp.engine import cpu_backend, machine
+from chatapp.engine.local import LocalEngine
+from chatapp.engine.protocol import EngineCrashed, LoadOptions
+from chatapp.engine.worker import WARM_UP_FAULT_ENV
+from chatapp.engine.worker_log import extra_buffers_from_log, useful_lines
+
+
+@pytest.fixture(scope="module")
+def repacked_model(tmp_path_factory) -> str:
+    """Q4_0: llama.cpp repacks its weights into CPU_REPACK buffers on AVX2/AVX-512 and NEON."""
+    out = tmp_path_factory.mktemp("q4_0")
+    return quantize.quantize(smollm2_path(), "Q4_0", out, nthread=2).output
+
+
+def _options(path: str, **kw) -> LoadOptions:
+    return LoadOptions(model_path=path, n_ctx=256, n_gpu_layers=0, **kw)
+
+
+def test_a_crash_in_warm_up_restarts_without_extra_buffers_and_remembers(
+    repacked_model, fresh_dirs, monkeypatch
+):
+    probe = LocalEngine(_options(repacked_model))
+    info = probe.start()
+    probe.close()
+    probed = info.extra_buffers
+    if not probed:
+        pytest.skip("llama.cpp uses no extra CPU buffer for Q4_0 on this CPU")
+    monkeypatch.setenv(WARM_UP_FAULT_ENV, "SIGSEGV")  # crashes only while extra buffers are on
+    engine = LocalEngine(_options(repacked_model))
+    try:
+        info = engine.start()
+        assert engine.alive and info.repack is False and info.extra_buffers == ()
+        name = cpu_backend.backend_name(probed)
+        assert engine.notes == [
+            f"llama.cpp's {name} path crashed on this CPU (SIGSEGV); running without it"
+            " (remembered for this machine; --repack tries it again)"
+        ]
+        assert machine.repack_crashes() == name
+        saved = json.loads((paths.cache_dir() / machine.MEMORY_FILE).read_text())
+        (entry,) = saved.values()
+        assert entry["repack_crash"] == machine.repack_crashes()
+        reply = "".join(
+            e.text for e in engine.generate(_hello()) if hasattr(e, "text") and hasattr(e, "id")
+        )
+        assert reply.strip(), "the restarted worker writes a reply"
+    finally:
+        engine.close()
+    again = LocalEngine(_options(repacked_model))
+    try:
+        info = again.start()  # straight to the remembered choice: no crash, no notice
+        assert info.repack is False and again.notes == []
+    finally:
+        again.close()
+
+
+def test_repack_asked_for_by_hand_is_not_overridden(repacked_model, fresh_dirs, monkeypatch):
+    monkeypatch.setenv(WARM_UP_FAULT_ENV, "SIGSEGV")
+    engine = LocalEngine(_options(repacked_model, repack=True))
+    with pytest.raises(EngineCrashed) as caught:
+        engine.start()
+    engine.close()
+    message = str(caught.value)
+    if "--no-repack" not in message:
+        pytest.skip("llama.cpp uses no extra CPU buffer for Q4_0 on this CPU")
+    assert "warming up" in message and "(signal SIGSEGV)" in message
+    assert "path crashed (SIGSEGV); try --no-repack" in message
+    assert "model buffer size" in caught.value.log_tail
+    assert machine.repack_crashes() == ""
+
+
+def test_sigill_names_a_missing_instruction_and_the_rebuild(model_path, fresh_dirs, monkeypatch):
+    monkeypatch.setenv(WARM_UP_FAULT_ENV, "SIGILL:always")
+    engine = LocalEngine(_options(model_path))
+    with pytest.raises(EngineCrashed) as caught:
+        engine.start()
+    engine.close()
+    message = str(caught.value)
+    assert "(signal SIGILL)" in message
+    assert "an instruction this CPU lacks" in message
+    assert 'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install' in message
+    assert "chat_template" not in caught.value.log_tail
+
+
+def test_useful_lines_skip_the_metadata_dump_and_keep_the_buffer_types():
+    log = "\n".join(
+        [
+            "llama_model_loader: - kv  30: tokenizer.chat_template str = {% for m in messages %}",
+            "{{ '<|im_start|>' + m['role'] }}",
+            "{% endfor %}",
+            "load_tensors:          AMX model buffer size =    50.00 MiB",
+            "load_tensors:   CPU_Mapped model buffer size =    92.10 MiB",
+            *[f"llama_context: line {i}" for i in range(20)],
+            "graph_reserve: reserving a graph for ubatch with n_tokens = 512",
+        ]
+    )
+    shown = useful_lines(log, lines=4).splitlines()
+    assert shown[0].startswith("load_tensors:          AMX model buffer size")
+    assert shown[-1].startswith("graph_reserve:")
+    assert not any("im_start" in line or "endfor" in line for line in shown)
+    assert extra_buffers_from_log(log) == ("AMX",)
+    assert cpu_backend.backend_name(("CPU_REPACK", "AMX")) == "AMX"
+
+
+def test_tuned_settings_fill_only_what_was_not_given(model_path, fresh_dirs):
+    machine.remember_tuned(
+        model_path, {"threads": 1, "flash_attn": True, "repack": False, "n_gpu_layers": 0}
+    )
+    chosen, tuned = cpu_backend.choose(_options(model_path))
+    assert tuned and (chosen.n_threads, chosen.flash_attn, chosen.repack) == (1, True, False)
+    given, _ = cpu_backend.choose(_options(model_path, n_threads=2, flash_attn=False))
+    assert (given.n_threads, given.flash_attn, given.repack) == (2, False, False)
+    other_layers, tuned = cpu_backend.choose(LoadOptions(model_path=model_path, n_gpu_layers=-1))
+    assert not tuned and other_layers.flash_attn is None, "tuned on the CPU, not for the GPU"
+
+
+def _hello():
+    from chatapp.engine.protocol import ChatMessage, GenerateRequest
+    from chatapp.sampling import SamplerSettings
+
+    return GenerateRequest(
+        messages=(ChatMessage("user", "Say hi."),),
+        settings=SamplerSettings(temperature=0.0, max_tokens=8),
+    )
