@@ -255,6 +255,29 @@ def bench(
     )
 
 
+@app.command()
+def tune(
+    model: Annotated[Path | None, typer.Argument(help="GGUF file (default: bundled)")] = None,
+    ctx: Annotated[int | None, typer.Option("--ctx", min=64, help="context size in tokens")] = None,
+    ngl: Annotated[
+        int | None, typer.Option("--ngl", min=-1, help="layers on the GPU (-1 = all)")
+    ] = None,
+    tokens: Annotated[int, typer.Option(min=4, help="tokens decoded at each depth")] = 32,
+    depth: Annotated[
+        list[int] | None,
+        typer.Option(help="depths to decode at (repeatable; default 0, 512, 2048)", min=0),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
+) -> None:
+    """Measure threads x flash attention x repack here; save the best for this file."""
+    from chatapp.commands.tune import run_tune
+    from chatapp.config import load_config
+
+    config, _ = load_config()
+    options = load_options(model, ctx, ngl, None, config=config)
+    raise typer.Exit(run_tune(options, tokens, tuple(depth or (0, 512, 2048)), as_json))
+
+
 # ---- models: inspect, fit, discovery, quantize, compare ------------------------------------
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout")]

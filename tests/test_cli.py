@@ -53,6 +53,47 @@ def test_ask_json_has_the_documented_keys():
     assert {"id", "text", "logprob", "top"} <= set(tok)
     assert tok["top"] and {"id", "text", "p"} <= set(tok["top"][0])
     assert "".join(t["text"] for t in data["tokens"]) == data["text"]
+    assert data["settings"] == {
+        "threads": os.cpu_count(),
+        "flash_attn": False,  # off on the CPU unless tuned or asked for
+        "repack": True,
+        "extra_buffers": [],  # Q4_1 is not repacked
+        "n_gpu_layers": 0,
+        "tuned": False,
+    }
+
+
+def test_ask_honours_the_config_sampler_and_the_flags(fresh_dirs):
+    config = fresh_dirs / "config" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("flash_attn = true\nthreads = 1\n[sampler]\nmax_tokens = 3\n")
+    r = chatapp("ask", "Count to twenty.", "--json", "--temperature", "0")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["completion_tokens"] == 3 and data["stop_reason"] == "max_tokens"
+    assert data["settings"]["flash_attn"] is True and data["settings"]["threads"] == 1
+    r = chatapp("ask", "Hi", "--json", "--max-tokens", "2", "--no-flash-attn", "--no-repack")
+    settings = json.loads(r.stdout)["settings"]
+    assert settings["flash_attn"] is False and settings["repack"] is False
+
+
+def test_tune_measures_saves_and_the_next_load_uses_it(fresh_dirs):
+    r = chatapp("tune", "--depth", "0", "--depth", "64", "--tokens", "8", "--ctx", "256", "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    configs = {(x["flash_attn"], x["threads"]) for x in report["results"]}
+    assert {(False, os.cpu_count()), (True, os.cpu_count())} <= configs
+    for row in report["results"]:
+        assert not row["error"], row
+        assert row["decode_tps"]["0"] > 0 and row["decode_tps"]["64"] > 0
+        assert row["prefill_tps"] > 0
+    best = report["best"]
+    winner = max(report["results"], key=lambda x: x["score"])
+    assert best == {k: winner[k] for k in ("flash_attn", "threads", "repack")}
+    r = chatapp("ask", "Hi", "--json", "--max-tokens", "2")
+    settings = json.loads(r.stdout)["settings"]
+    assert settings["tuned"] is True
+    assert (settings["flash_attn"], settings["threads"]) == (best["flash_attn"], best["threads"])
 
 
 def test_tokenize_prints_ids_and_pieces():

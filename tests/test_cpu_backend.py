@@ -12,7 +12,7 @@ from chatapp.bundled import smollm2_path
 from chatapp.engine import cpu_backend, machine
 from chatapp.engine.local import LocalEngine
 from chatapp.engine.protocol import EngineCrashed, LoadOptions
-from chatapp.engine.worker import WARM_UP_FAULT_ENV
+from chatapp.engine.worker import CPU_FAULT_ENV
 from chatapp.engine.worker_log import extra_buffers_from_log, useful_lines
 
 
@@ -36,7 +36,7 @@ def test_a_crash_in_warm_up_restarts_without_extra_buffers_and_remembers(
     probed = info.extra_buffers
     if not probed:
         pytest.skip("llama.cpp uses no extra CPU buffer for Q4_0 on this CPU")
-    monkeypatch.setenv(WARM_UP_FAULT_ENV, "SIGSEGV")  # crashes only while extra buffers are on
+    monkeypatch.setenv(CPU_FAULT_ENV, "SIGSEGV")  # crashes only while extra buffers are on
     engine = LocalEngine(_options(repacked_model))
     try:
         info = engine.start()
@@ -64,8 +64,34 @@ def test_a_crash_in_warm_up_restarts_without_extra_buffers_and_remembers(
         again.close()
 
 
+def test_a_crash_in_the_first_reply_names_the_cause_and_the_next_start_avoids_it(
+    repacked_model, fresh_dirs, monkeypatch
+):
+    monkeypatch.setenv(CPU_FAULT_ENV, "SIGSEGV@reply")
+    engine = LocalEngine(_options(repacked_model))
+    info = engine.start()
+    if not info.extra_buffers:
+        engine.close()
+        pytest.skip("llama.cpp uses no extra CPU buffer for Q4_0 on this CPU")
+    name = cpu_backend.backend_name(info.extra_buffers)
+    with pytest.raises(EngineCrashed) as caught:
+        list(engine.generate(_hello()))
+    message = str(caught.value)
+    assert message.startswith("the model worker died while writing a reply (signal SIGSEGV): ")
+    assert f"llama.cpp's {name} path crashed on this CPU (SIGSEGV); it will run without it" in (
+        message
+    )
+    assert machine.repack_crashes() == name
+    info = engine.start()  # what the app does next ("start it again")
+    try:
+        assert info.repack is False and info.extra_buffers == ()
+        assert any(hasattr(e, "id") for e in engine.generate(_hello()))
+    finally:
+        engine.close()
+
+
 def test_repack_asked_for_by_hand_is_not_overridden(repacked_model, fresh_dirs, monkeypatch):
-    monkeypatch.setenv(WARM_UP_FAULT_ENV, "SIGSEGV")
+    monkeypatch.setenv(CPU_FAULT_ENV, "SIGSEGV")
     engine = LocalEngine(_options(repacked_model, repack=True))
     with pytest.raises(EngineCrashed) as caught:
         engine.start()
@@ -80,7 +106,7 @@ def test_repack_asked_for_by_hand_is_not_overridden(repacked_model, fresh_dirs, 
 
 
 def test_sigill_names_a_missing_instruction_and_the_rebuild(model_path, fresh_dirs, monkeypatch):
-    monkeypatch.setenv(WARM_UP_FAULT_ENV, "SIGILL:always")
+    monkeypatch.setenv(CPU_FAULT_ENV, "SIGILL:always")
     engine = LocalEngine(_options(model_path))
     with pytest.raises(EngineCrashed) as caught:
         engine.start()

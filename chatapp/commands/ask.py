@@ -38,7 +38,23 @@ def make_engine(options: LoadOptions, server: str | None = None, **remote):
 
         engine = LocalEngine(options)
     engine.start()
+    for note in getattr(engine, "notes", ()):
+        print(f"note: {note}", file=sys.stderr)
     return engine
+
+
+def load_settings(info) -> dict | None:
+    """How the model was run: what `ask --json` and the stats panel report."""
+    if info is None:
+        return None
+    return {
+        "threads": info.n_threads,
+        "flash_attn": info.flash_attn,
+        "repack": info.repack,
+        "extra_buffers": list(info.extra_buffers),
+        "n_gpu_layers": info.n_gpu_layers,
+        "tuned": info.tuned,
+    }
 
 
 def run_ask(
@@ -105,6 +121,7 @@ def run_ask(
                 "architecture": info.architecture if info else None,
                 "n_params": info.n_params if info else None,
             },
+            "settings": load_settings(info),
             "tokens": [
                 {
                     "id": t.id,

@@ -55,10 +55,12 @@ def backend_name(buffers: tuple[str, ...]) -> str:
     return buffers[0] if buffers else "extra CPU buffer"
 
 
-def fallback_notice(buffers: tuple[str, ...], sig: signal.Signals) -> str:
+def fallback_notice(buffers: tuple[str, ...], sig: signal.Signals, now: bool = True) -> str:
+    """One line saying the extra buffers crashed and are off from now (or from the next start)."""
+    then = "running without it" if now else "it will run without it"
     return (
         f"llama.cpp's {backend_name(buffers)} path crashed on this CPU ({sig.name}); "
-        "running without it (remembered for this machine; --repack tries it again)"
+        f"{then} (remembered for this machine; --repack tries it again)"
     )
 
 

@@ -250,7 +250,7 @@ class LocalEngine:
         if sig is not None and buffers and self._replies == 1 and self.options.repack is None:
             # Its first reply: the backend's first real compute. The next start goes without.
             machine.remember(repack_crash=cpu_backend.backend_name(buffers))
-            cause = cpu_backend.fallback_notice(buffers, sig).replace("running", "it will run")
+            cause = cpu_backend.fallback_notice(buffers, sig, now=False)
         message += f": {cause}" if cause else ""
         tail = useful_lines(log)
         return EngineCrashed(message + "; start it again to continue", tail, code)

@@ -43,6 +43,18 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+@cache
+def physical_cores() -> int:
+    """Distinct (package, core) pairs in /proc/cpuinfo; the logical count where it has none."""
+    cores, package = set(), "0"
+    for line in _cpuinfo().splitlines():
+        if line.startswith("physical id"):
+            package = line.split(":", 1)[1].strip()
+        elif line.startswith("core id"):
+            cores.add((package, line.split(":", 1)[1].strip()))
+    return len(cores) or os.cpu_count() or 1
+
+
 def has_amx() -> bool:
     """Whether the CPU has AMX tiles (llama.cpp then loads weights into an AMX buffer)."""
     return "amx_int8" in cpu_flags() or "amx_tile" in cpu_flags()

@@ -192,6 +192,7 @@ class Worker:
         self.n_batch = options.n_batch
         self.batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self.kv_tokens: list[int] = []
+        self.replies = 0
         self._pieces: dict[int, bytes] = {}
         self._logit_views: dict[int, np.ndarray] = {}
         self._eog: list[int] | None = None
@@ -227,7 +228,7 @@ class Worker:
     def warm_up(self) -> int:
         """Run the backend once, as llama.cpp's own tools do, so a backend that crashes on this
         CPU does it now (the engine can then retry without it) and not on the first reply."""
-        _inject_warm_up_fault(self.options)
+        inject_cpu_fault(self.options, "warm_up")
         tok = self.bos_id if self.bos_id >= 0 else max(self.eos_id, 0)
         code = self.decode([tok, tok]) or self.decode_one(tok)
         self.lib.llama_memory_clear(self.mem, True)
@@ -578,6 +579,9 @@ class Generation:
             )
             return
         t_prefill = time.perf_counter()
+        if not w.replies:
+            inject_cpu_fault(w.options, "reply")
+        w.replies += 1
         n_reused = w.reuse_prefix(full)
         # The last prompt token is always evaluated on its own, so its logits are computed the
         # same way whether the rest came from the cache or not: a seed then reproduces exactly.
@@ -706,17 +710,19 @@ def _offloaded_layers(gpu_ok: bool, requested: int, n_layers: int) -> int:
     return total if requested < 0 else min(requested, total)
 
 
-WARM_UP_FAULT_ENV = "CHATAPP_FAULT_WARM_UP"
+CPU_FAULT_ENV = "CHATAPP_FAULT_CPU_BACKEND"
 
 
-def _inject_warm_up_fault(options: LoadOptions) -> None:
-    """Fault injection for tests: CHATAPP_FAULT_WARM_UP=SIGSEGV kills the worker with that
-    signal in warm-up while extra CPU buffers are on (as llama.cpp's AMX path does on some
-    CPUs); "SIGILL:always" does so whatever the buffers."""
-    value = os.environ.get(WARM_UP_FAULT_ENV, "")
-    if not value:
-        return
+def inject_cpu_fault(options: LoadOptions, where: str) -> None:
+    """Fault injection for tests, standing in for llama.cpp's AMX crash on some CPUs:
+    CHATAPP_FAULT_CPU_BACKEND=SIGSEGV kills the worker with that signal in warm-up while extra
+    CPU buffers are on; "SIGSEGV@reply" does it in the first reply's prefill instead;
+    "SIGILL:always" whatever the buffers."""
+    value = os.environ.get(CPU_FAULT_ENV, "")
+    value, _, at = value.partition("@")
     name, _, when = value.partition(":")
+    if not name or (at or "warm_up") != where:
+        return
     if when == "always" or options.repack is not False:
         import signal
 

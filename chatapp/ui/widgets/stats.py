@@ -50,12 +50,23 @@ def context_bar(used: int, total: int, width: int = 20) -> Text:
     return text
 
 
+def run_settings(info: ModelInfo) -> str:
+    """How llama.cpp runs here: threads, flash attention, extra CPU buffers, whether tuned."""
+    fa = "fa on" if info.flash_attn else "fa off"
+    repack = (
+        ("repack " + "+".join(info.extra_buffers))
+        if info.extra_buffers
+        else ("repack on" if info.repack else "repack off")
+    )
+    return f"{info.n_threads} · {fa} · {repack}" + (" · tuned" if info.tuned else "")
+
+
 class StatsPanel(Vertical):
     """Live numbers from the engine's own timestamps, plus UI first-paint for comparison."""
 
     DEFAULT_CSS = """
     StatsPanel { height: auto; padding: 0 1; }
-    StatsPanel > #stats-table { height: 5; }
+    StatsPanel > #stats-table { height: 6; }
     StatsPanel > Sparkline { height: 2; margin: 0 0; }
     StatsPanel > Sparkline > .sparkline--max-color { color: $spark-max; }
     StatsPanel > Sparkline > .sparkline--min-color { color: $spark-min; }
@@ -112,4 +123,5 @@ class StatsPanel(Vertical):
                 f"{info.n_gpu_layers}/{info.n_layers + 1}" if info.gpu_offload_supported else "cpu"
             )
             t.add_row("load", f"{info.load_s:.2f} s", "gpu layers", gpu)
+            t.add_row("threads", run_settings(info), "", "")
         self.query_one("#stats-table", Static).update(t, layout=False)  # fixed height
