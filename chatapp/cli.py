@@ -232,11 +232,21 @@ def bench(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
     ui: Annotated[bool, typer.Option("--ui", help="stream through the real TUI, headless")] = False,
+    terminal: Annotated[
+        bool,
+        typer.Option(
+            "--terminal", help="the real TUI under tmux vs `chatapp ask`, same greedy reply"
+        ),
+    ] = False,
     flash_attn: FlashOpt = None,
     repack: RepackOpt = None,
 ) -> None:
     """Decode and prefill speed of the engine vs llama-cpp-python (and llama-bench)."""
     options = load_options(model, 2048, ngl, threads, flash_attn=flash_attn, repack=repack)
+    if terminal:
+        from chatapp.ui.terminal_bench import print_terminal_bench
+
+        raise typer.Exit(print_terminal_bench(options, tokens, reps, as_json))
     if ui:
         from chatapp.ui.bench import run_ui_bench
 
