@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -271,11 +269,7 @@ def save_state(**values: Any) -> None:
     path = state_file()
     data = {**load_state(), **values}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".state-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-        os.replace(tmp, path)
+        paths.write_json_atomic(path, data)
     except OSError as exc:
         raise ConfigError(f"cannot save {path} ({exc.strerror or exc})") from None
 

@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import platform
-import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -110,13 +109,8 @@ def remember(**values: Any) -> None:
     key = f"{machine_key()} || {build_key()}"
     entry = data.get(key) if isinstance(data.get(key), dict) else {}
     data[key] = {**entry, **values}
-    path = _memory_path()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".machine-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-        os.replace(tmp, path)
+        paths.write_json_atomic(_memory_path(), data)
     except OSError:
         pass  # the next start finds out again
 
