@@ -54,11 +54,6 @@ def physical_cores() -> int:
     return len(cores) or os.cpu_count() or 1
 
 
-def has_amx() -> bool:
-    """Whether the CPU has AMX tiles (llama.cpp then loads weights into an AMX buffer)."""
-    return "amx_int8" in cpu_flags() or "amx_tile" in cpu_flags()
-
-
 @cache
 def machine_key() -> str:
     """CPU model, its flags and the core count: what a tuned choice depends on."""
