@@ -226,8 +226,6 @@ async def test_real_model_send_stream_and_stop(model_path):
 
 
 async def test_side_panels_redraw_at_most_every_panel_interval_and_end_complete():
-    from chatapp.ui import app as app_module
-
     engine = ScriptedEngine(delay=0.004, words=WORDS * 6)
     app = ChatApp(lambda: engine)
     redraws: list[int] = []
@@ -247,7 +245,7 @@ async def test_side_panels_redraw_at_most_every_panel_interval_and_end_complete(
         assert len(reply.tokens) == 2 * len(WORDS) * 6
         batches = len(app.paint_log)
         # at most one redraw per interval (plus the first token and the finish)
-        assert len(redraws) <= span / app_module.PANEL_S + 3 < batches
+        assert len(redraws) <= span / app.cadence.panels_s + 3 < batches
         # and once the reply is done every panel shows all of it
         assert len(app.token_panel.strip.tokens) == len(reply.tokens)
         assert app.probs.chosen == reply.tokens[-1].id

@@ -15,6 +15,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 
 from chatapp.context import fit_messages
+from chatapp.engine.machine import physical_cores
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineCrashed,
@@ -41,7 +42,7 @@ from chatapp.ui.messages import (
 )
 from chatapp.ui.prompt_input import PromptInput
 from chatapp.ui.reply import Reply, footer_for
-from chatapp.ui.streaming import stream_reply
+from chatapp.ui.streaming import SMOOTH, cadence_for, stream_reply
 from chatapp.ui.widgets.chat import ChatView, MessageView
 from chatapp.ui.widgets.probs import ProbPanel
 from chatapp.ui.widgets.sampler import SamplerPanel
@@ -49,9 +50,6 @@ from chatapp.ui.widgets.stats import SPARK_POINTS, LiveStats, StatsPanel
 from chatapp.ui.widgets.tokens import ShownToken, TokenPanel, TokenStrip
 
 STOP_GRACE_S = 3.0  # after Esc, a worker that has not stopped by then is killed
-# The side panels (tokens, next-token, speed) redraw at most this often while a reply streams;
-# the chat pane takes every batch. A frame that repaints both costs the whole screen.
-PANEL_S = 0.15
 
 
 class ChatApp(ChatActions, App):
@@ -128,6 +126,7 @@ class ChatApp(ChatActions, App):
         self._unshown: list[Token] = []  # tokens of the reply not yet in the side panels
         self._panels_at = 0.0  # when the side panels were last redrawn
         self._panels_timer = None
+        self.cadence = SMOOTH  # how often a streaming reply is drawn (set per model)
         self._prompt_event: PromptEvaluated | None = None  # not yet in the panels
 
     # ---- layout ---------------------------------------------------------------------------
@@ -225,6 +224,7 @@ class ChatApp(ChatActions, App):
     def on_engine_ready(self, message: EngineReady) -> None:
         self._loading = False
         self.info = message.info
+        self.cadence = cadence_for(message.info, physical_cores())
         self.history.set_model(message.info)
         self.stats_panel.info = message.info
         self.stats_panel.stats = LiveStats(state="ready", n_ctx=message.info.n_ctx)
@@ -344,7 +344,7 @@ class ChatApp(ChatActions, App):
 
     @work(thread=True, exclusive=True, group="generate", exit_on_error=False)
     def _stream(self, request: GenerateRequest, reply_id: int) -> None:
-        stream_reply(self.engine, request, reply_id, self.post_message)
+        stream_reply(self.engine, request, reply_id, self.post_message, self.cadence.text_s)
 
     # ---- events from the generation thread -----------------------------------------------
 
@@ -378,7 +378,7 @@ class ChatApp(ChatActions, App):
         if first and reply.first_paint_s is None:
             self.call_after_refresh(self._record_first_paint, reply)
         self._unshown.extend(message.tokens)
-        wait = self._panels_at + PANEL_S - time.perf_counter()
+        wait = self._panels_at + self.cadence.panels_s - time.perf_counter()
         if first:
             self._panels_at = time.perf_counter()  # the next batches wait for the interval
             self.call_after_refresh(self._refresh_panels)  # the first token's frame stays small

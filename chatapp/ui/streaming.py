@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from textual.message import Message
 
@@ -13,6 +14,7 @@ from chatapp.engine.protocol import (
     Failed,
     Finished,
     GenerateRequest,
+    ModelInfo,
     Notice,
     PromptEvaluated,
     SettingsApplied,
@@ -27,14 +29,42 @@ from chatapp.ui.messages import (
     TokensArrived,
 )
 
-BATCH_S = 0.040  # one token message per ~40 ms; the first token goes at once
+
+@dataclass(frozen=True)
+class Cadence:
+    """How often a streaming reply reaches the screen: the text and the side panels."""
+
+    text_s: float  # one token message per this long; the first token goes at once
+    panels_s: float
+
+
+# Every frame costs the UI process a few ms of CPU (Textual lays out and renders the screen),
+# and when llama.cpp's threads fill every core, each of those ms stalls all of its threads at
+# their next barrier: on 2 cores, 25 frames a second cost the model a quarter of its speed
+# (`chatapp bench --terminal`). So a model on the CPU gets fewer, larger frames.
+SMOOTH = Cadence(text_s=0.040, panels_s=0.15)
+LIGHT = Cadence(text_s=0.200, panels_s=1.0)
+
+
+def cadence_for(info: ModelInfo | None, cores: int) -> Cadence:
+    """LIGHT when the model's threads run on the CPU and leave no core for the UI."""
+    if info is None or info.n_threads <= 0:  # a server: its compute is elsewhere
+        return SMOOTH
+    on_cpu = info.n_gpu_layers < info.n_layers
+    return LIGHT if on_cpu and info.n_threads >= cores else SMOOTH
+
+
 # The TUI's model worker runs this much below the UI's priority: when both want the CPU the
 # UI's frame goes first (a frame waiting behind llama.cpp's threads was the lag on 2 cores).
 WORKER_NICE = 5
 
 
 def stream_reply(
-    engine, request: GenerateRequest, reply_id: int, post: Callable[[Message], bool]
+    engine,
+    request: GenerateRequest,
+    reply_id: int,
+    post: Callable[[Message], bool],
+    batch_s: float = SMOOTH.text_s,
 ) -> None:
     """Run one reply to its end, posting messages; never raises."""
     batch: list[Token] = []
@@ -52,7 +82,7 @@ def stream_reply(
         for event in engine.generate(request):
             if isinstance(event, Token):
                 batch.append(event)
-                if first or time.perf_counter() - last >= BATCH_S:
+                if first or time.perf_counter() - last >= batch_s:
                     first = False
                     flush()
             elif isinstance(event, PromptEvaluated):
