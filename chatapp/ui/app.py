@@ -42,7 +42,7 @@ from chatapp.ui.messages import (
 )
 from chatapp.ui.prompt_input import PromptInput
 from chatapp.ui.reply import Reply, footer_for
-from chatapp.ui.streaming import SMOOTH, cadence_for, stream_reply
+from chatapp.ui.streaming import LIGHT, SMOOTH, cadence_for, stream_reply
 from chatapp.ui.widgets.chat import ChatView, MessageView
 from chatapp.ui.widgets.probs import ProbPanel
 from chatapp.ui.widgets.sampler import SamplerPanel
@@ -288,6 +288,7 @@ class ChatApp(ChatActions, App):
         reply = Reply(self._reply_ids, item, time.perf_counter(), list(prefix or []))
         reply.initial_settings = self.settings
         self.reply = reply
+        self._blink(False)  # a blinking cursor is two frames a second that the model pays for
         self.paint_log = []
         self._cancel_panels_timer()  # (the last reply's finish flushed its panels)
         self._prompt_event = None
@@ -484,7 +485,12 @@ class ChatApp(ChatActions, App):
     def _end_reply(self) -> None:
         self.last_reply = self.reply
         self.reply = None
+        self._blink(True)
         self.call_after_refresh(_settle_gc)
+
+    def _blink(self, on: bool) -> None:
+        if self.cadence is LIGHT:
+            self.query_one("#prompt", PromptInput).cursor_blink = on
 
     # ---- actions ----------------------------------------------------------------------------
 

@@ -134,7 +134,7 @@ class TerminalBench:
         while self._replies_done() <= done:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the TUI's reply did not finish:\n{self.screen()}")
-            time.sleep(0.1)
+            time.sleep(0.5)  # (each look opens the database: the model would pay for it too)
         cpu = _cpu_seconds(self.ui_pid) - cpu0
         decode, n = self._last_reply()
         return decode, n, cpu
