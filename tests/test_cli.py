@@ -158,3 +158,12 @@ def test_bench_measures_every_contender_and_pairs_the_ratios():
     engine, bare = report["medians"]["engine"]["runs"], report["medians"]["bare decode"]["runs"]
     by_hand = sorted(e["decode_tps"] / b["decode_tps"] for e, b in zip(engine, bare, strict=True))
     assert ratios["engine/bare decode"]["decode"] == pytest.approx(sum(by_hand) / 2)
+
+
+def test_bench_ui_says_why_when_the_model_does_not_load(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a model" * 100)
+    r = chatapp("bench", "--ui", "--model", str(bad), timeout=60)  # (it used to wait forever)
+    assert r.returncode == 1
+    assert "the model did not load" in r.stderr and "not a GGUF model file" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -116,6 +116,7 @@ class ChatApp(ChatActions, App):
         self._reply_ids = 0
         self._reply_pending = False  # a user turn waits for the model to (re)load
         self._loading = False
+        self.load_error: str | None = None  # why the last load failed (None: it did not)
         self._remember_theme = remember_theme
         self._wanted_theme = theme_name
         self.theme_problems: list[str] = []
@@ -236,6 +237,7 @@ class ChatApp(ChatActions, App):
             self.run_worker(self._generate(), exclusive=False)
 
     def on_engine_failed(self, message: EngineFailed) -> None:
+        self.load_error = message.message
         self._loading = False
         self._reply_pending = False
         self.engine = None

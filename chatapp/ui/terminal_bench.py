@@ -201,9 +201,14 @@ def print_terminal_bench(options: LoadOptions, tokens: int, reps: int, as_json: 
     report = run_terminal_bench(options, tokens, reps)
     if as_json:
         print(json.dumps(report, indent=2))
-        return 0
+    else:
+        print_terminal_report(report)
+    return 0
+
+
+def print_terminal_report(report: dict) -> None:
+    tokens, reps = report["tokens"], report["reps"]
     print(f"TUI under tmux vs chatapp ask: {tokens} greedy tokens, median of {reps} pairs")
     print(f"  TUI decode / ask decode   {report['tui_over_ask_decode']:.3f}x (goal >= 0.95)")
     print(f"  TUI {report['tui_decode_tps']:.1f} t/s, ask {report['ask_decode_tps']:.1f} t/s")
     print(f"  UI process CPU while streaming: {report['ui_cpu_share']:.0%} of a core")
-    return 0
