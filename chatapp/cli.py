@@ -251,7 +251,7 @@ def bench(
         from chatapp.ui.bench import run_ui_bench
 
         raise typer.Exit(run_ui_bench(options, tokens, reps, as_json))
-    from chatapp.bench import run_bench
+    from chatapp.commands.bench import run_bench
 
     raise typer.Exit(
         run_bench(
@@ -480,8 +480,8 @@ _CLI_ERRORS = _cli_errors()
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: user errors are one `error:` line and a non-zero exit."""
-    from chatapp.bundled import BundledModelMissing
-    from chatapp.store import StoreError
+    from chatapp.history.store import StoreError
+    from chatapp.models.bundled import BundledModelMissing
 
     command = typer.main.get_command(app)
     try:

@@ -9,9 +9,9 @@ import asyncio
 import sys
 from pathlib import Path
 
-from chatapp.bundled import smollm2_path
-from chatapp.engine.local import LocalEngine
+from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
+from chatapp.models.bundled import smollm2_path
 from chatapp.sampling import SamplerSettings
 from chatapp.ui.app import ChatApp
 from chatapp.ui.widgets.tokens import TokenStrip

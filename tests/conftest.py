@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from chatapp.bundled import smollm2_path
-from chatapp.engine.local import LocalEngine
+from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
+from chatapp.models.bundled import smollm2_path
 
 
 @pytest.fixture(autouse=True, scope="session")

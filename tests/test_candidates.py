@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chatapp.engine.candidates import rank, token_logprob, top_candidates
+from chatapp.engine.local.candidates import rank, token_logprob, top_candidates
 from chatapp.sampling import SamplerSettings
 
 N_VOCAB = 49152

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from chatapp.context import fit_messages, turns
+from chatapp.chat.context import fit_messages, turns
 from chatapp.engine.protocol import ChatMessage
 
 pytestmark = pytest.mark.usefixtures("fresh_dirs")

@@ -7,13 +7,14 @@ import json
 
 import pytest
 
-from chatapp import paths, quantize
-from chatapp.bundled import smollm2_path
-from chatapp.engine import cpu_backend, machine
-from chatapp.engine.local import LocalEngine
+from chatapp import paths
+from chatapp.engine.local import cpu_backend, machine
+from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.worker import CPU_FAULT_ENV
+from chatapp.engine.local.worker_log import extra_buffers_from_log, useful_lines
 from chatapp.engine.protocol import EngineCrashed, LoadOptions
-from chatapp.engine.worker import CPU_FAULT_ENV
-from chatapp.engine.worker_log import extra_buffers_from_log, useful_lines
+from chatapp.models import quantize
+from chatapp.models.bundled import smollm2_path
 
 
 @pytest.fixture(scope="module")

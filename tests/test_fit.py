@@ -9,11 +9,11 @@ import stat
 
 import pytest
 
-from chatapp import fit
-from chatapp.bundled import smollm2_path
 from chatapp.commands.models import fit_cmd, inspect_cmd
 from chatapp.engine.protocol import EngineError, LoadOptions
-from chatapp.gguf_info import inspect, read_header
+from chatapp.models import fit
+from chatapp.models.bundled import smollm2_path
+from chatapp.models.gguf_info import inspect, read_header
 
 MIB = 1024**2
 GIB = 1024**3
@@ -75,7 +75,7 @@ def test_gpu_layers_that_fit(shape):
 
 def test_sizes_llama_cpp_reports(shape):
     """The estimate against the KV and compute buffer sizes llama.cpp logs when it loads."""
-    from chatapp.engine.local import LocalEngine
+    from chatapp.engine.local.engine import LocalEngine
 
     ctx = 2048
     # fit.estimate's default models llama.cpp without flash attention.

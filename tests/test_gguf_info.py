@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from gguf_builders import build, kv_str, kv_str_array, kv_u32, s, tensor, write
 
-from chatapp import gguf_info
-from chatapp.bundled import smollm2_path
 from chatapp.engine.protocol import EngineError
-from chatapp.gguf_info import inspect, read_header, validate
+from chatapp.models import gguf_info
+from chatapp.models.bundled import smollm2_path
+from chatapp.models.gguf_info import inspect, read_header, validate
 
 
 def refused(path: Path) -> str:
@@ -295,7 +295,7 @@ def test_byte_flips_never_crash(tmp_path):
 
 
 def test_engine_check_uses_validate(tmp_path):
-    from chatapp.engine.local import check_model_file
+    from chatapp.engine.local.engine import check_model_file
 
     path = write(tmp_path, build(tensors=[tensor("blk.0.w", (32, 0))]))
     with pytest.raises(EngineError, match="zero-sized dimension"):

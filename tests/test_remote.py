@@ -27,7 +27,7 @@ from chatapp.engine.protocol import (
     StopReason,
     Token,
 )
-from chatapp.engine.remote import SAMPLER_NOTICE, RemoteEngine
+from chatapp.engine.remote.client import SAMPLER_NOTICE, RemoteEngine
 from chatapp.sampling import SamplerSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def _free_port() -> int:
 def llama_cpp_server(log_dir: Path, *extra: str):
     """A real `python -m llama_cpp.server` on the bundled model; always stopped afterwards."""
     pytest.importorskip("llama_cpp.server.app", reason="needs llama-cpp-python[server]")
-    from chatapp.bundled import BundledModelMissing, smollm2_path
+    from chatapp.models.bundled import BundledModelMissing, smollm2_path
 
     try:
         model = smollm2_path()

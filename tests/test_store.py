@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.history_model import guess_quant
-from chatapp.metrics import GenerationStats
-from chatapp.sampling import PRESETS
-from chatapp.store import (
+from chatapp.history.records import guess_quant
+from chatapp.history.store import (
     SCHEMA_VERSION,
     MessageStatus,
     ModelFingerprint,
@@ -28,6 +26,8 @@ from chatapp.store import (
     model_fingerprint,
     title_from,
 )
+from chatapp.metrics import GenerationStats
+from chatapp.sampling import PRESETS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -156,7 +156,7 @@ def test_list_rename_delete_search() -> None:
 
 WRITER = """
 import sys, time
-from chatapp.store import Store
+from chatapp.history.store import Store
 store = Store()
 cid = store.create_conversation("crash")
 store.add_message(cid, "user", "count to a million")
@@ -192,7 +192,7 @@ def test_sigkill_mid_reply_keeps_user_turn_and_partial_reply() -> None:
 
 HAMMER = """
 import os, sys, time
-from chatapp.store import Store
+from chatapp.history.store import Store
 store = Store(busy_timeout_ms=int(os.environ.get("TIMEOUT_MS", "5000")))
 cid = 1
 print("ready", flush=True)
@@ -243,7 +243,7 @@ def test_two_processes_writing_at_once_never_see_locked(tmp_path: Path) -> None:
 
 FRESH = """
 import sys
-from chatapp.store import Store
+from chatapp.history.store import Store
 print("ready", flush=True)
 sys.stdin.readline()
 store = Store()  # both open (and migrate) a database that does not exist yet

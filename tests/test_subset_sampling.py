@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chatapp.engine import worker as worker_module
+from chatapp.engine.local import worker as worker_module
 from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions, Token
 from chatapp.sampling import SamplerSettings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from scripted_engine import WORDS, ScriptedEngine
 
-from chatapp.engine.local import LocalEngine
+from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
 from chatapp.ui.app import ChatApp
 from chatapp.ui.screens.help import HelpScreen

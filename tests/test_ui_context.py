@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from test_ui import SIZE, send, wait_until
 
-from chatapp.engine.local import LocalEngine
+from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import ChatMessage, Finished, LoadOptions
 from chatapp.sampling import SamplerSettings
 from chatapp.ui.app import ChatApp

@@ -5,7 +5,7 @@ from __future__ import annotations
 from scripted_engine import ScriptedEngine
 from test_ui import SIZE, send, wait_until
 
-from chatapp.store import Store
+from chatapp.history.store import Store
 from chatapp.ui.app import ChatApp
 from chatapp.ui.history import ChatHistory
 from chatapp.ui.screens.conversations import ConversationsScreen

@@ -8,10 +8,10 @@ import pytest
 from textual.app import App
 from textual.widgets import Button, DataTable, Input, SelectionList, Static
 
-from chatapp import fit
-from chatapp.bundled import smollm2_path
-from chatapp.engine.local import LocalEngine
+from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import EngineError, LoadOptions
+from chatapp.models import fit
+from chatapp.models.bundled import smollm2_path
 from chatapp.ui.screens.compare import CompareScreen
 from chatapp.ui.screens.model_card import ModelCardScreen
 from chatapp.ui.screens.models import ModelPickerScreen

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 
-from chatapp.engine.local import LocalEngine
+from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineCrashed,
@@ -72,19 +70,3 @@ def test_missing_and_empty_files(tmp_path):
     empty.write_bytes(b"")
     with pytest.raises(EngineError, match="empty"):
         LocalEngine(LoadOptions(model_path=str(empty))).start()
-
-
-def test_engine_packages_do_not_import_textual():
-    code = (
-        "import sys, importlib\n"
-        "for m in ('chatapp.engine', 'chatapp.engine.local', 'chatapp.engine.worker',"
-        " 'chatapp.store', 'chatapp.compare', 'chatapp.engine.remote', 'chatapp.config',"
-        " 'chatapp.context', 'chatapp.history_model', 'chatapp.store_schema', 'chatapp.bench'):\n"
-        "    try:\n        importlib.import_module(m)\n"
-        "    except ModuleNotFoundError as e:\n"
-        "        if e.name != m: raise\n"
-        "bad = [n for n in ('textual',) if n in sys.modules]\n"
-        "assert not bad, bad\n"
-        "assert 'llama_cpp' not in sys.modules, 'the parent must not load llama.cpp'\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)

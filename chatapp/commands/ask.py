@@ -22,7 +22,7 @@ def resolve_model(model: Path | None) -> str:
     """The model path to use: the one given, or the bundled default."""
     if model is not None:
         return str(model)
-    from chatapp.bundled import default_model
+    from chatapp.models.bundled import default_model
 
     return str(default_model())
 
@@ -30,11 +30,11 @@ def resolve_model(model: Path | None) -> str:
 def make_engine(options: LoadOptions, server: str | None = None, **remote):
     """A started engine: local child process, or a server when `server` is given."""
     if server:
-        from chatapp.engine.remote import RemoteEngine
+        from chatapp.engine.remote.client import RemoteEngine
 
         engine = RemoteEngine(server, **remote)
     else:
-        from chatapp.engine.local import LocalEngine
+        from chatapp.engine.local.engine import LocalEngine
 
         engine = LocalEngine(options)
     engine.start()
@@ -156,7 +156,7 @@ def stats_line(finished: Finished) -> str:
 
 
 def run_tokenize(text: str, options: LoadOptions, as_json: bool, special: bool) -> int:
-    from chatapp.engine.local import LocalEngine
+    from chatapp.engine.local.engine import LocalEngine
 
     with LocalEngine(options) as engine:
         pieces = engine.tokenize(text, special=special)

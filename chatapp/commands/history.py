@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 from chatapp import paths
 from chatapp.config import load_config, state_file, to_toml
-from chatapp.store import (
+from chatapp.history.store import (
     SCHEMA_VERSION,
     Conversation,
     Message,

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from chatapp import fit
 from chatapp.engine.protocol import EngineError
-from chatapp.gguf_info import card_from_header, read_header
-from chatapp.model_card import card_rows
+from chatapp.models import fit
+from chatapp.models.gguf_info import card_from_header, read_header
+from chatapp.models.model_card import card_rows
 
 COMPARE_FORMATS = ("table", "json", "csv", "markdown")
 
@@ -19,7 +19,7 @@ COMPARE_FORMATS = ("table", "json", "csv", "markdown")
 def _model(path: str | Path | None) -> str:
     if path is not None:
         return str(path)
-    from chatapp.bundled import default_model
+    from chatapp.models.bundled import default_model
 
     return str(default_model())
 
@@ -103,7 +103,7 @@ def fit_cmd(
 
 def models_cmd(dirs: Sequence[str | Path] = (), as_json: bool = False) -> int:
     """List GGUF files: bundled, cached, and in the given folders."""
-    from chatapp.discovery import discover, format_entries
+    from chatapp.models.discovery import discover, format_entries
 
     entries = discover(dirs)
     if as_json:
@@ -115,7 +115,7 @@ def models_cmd(dirs: Sequence[str | Path] = (), as_json: bool = False) -> int:
 
 def quantize_cmd(src: str | Path, types: Sequence[str], out_dir: str | Path | None = None) -> int:
     """Write one quantized copy of `src` per type (into the cache by default)."""
-    from chatapp.quantize import normalize_type, quantize
+    from chatapp.models.quantize import normalize_type, quantize
 
     if not types:
         raise EngineError("give at least one --type, e.g. --type Q8_0")
@@ -139,7 +139,7 @@ def compare_cmd(
     threads: int | None = None,
 ) -> int:
     """Run each file with the same greedy prompt; speed, memory and quality vs a reference."""
-    from chatapp import compare
+    from chatapp.models import compare
 
     if fmt not in COMPARE_FORMATS:
         raise EngineError(f"unknown format '{fmt}'; choose one of {', '.join(COMPARE_FORMATS)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from chatapp.engine import machine, tune
+from chatapp.engine.local import machine, tune
 from chatapp.engine.protocol import LoadOptions
 
 
@@ -13,7 +13,7 @@ def run_tune(options: LoadOptions, tokens: int, depths: tuple[int, ...], as_json
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from chatapp.engine.local import LocalEngine
+    from chatapp.engine.local.engine import LocalEngine
 
     probe = LocalEngine(options)  # which extra buffers this file gets here, and whether it loads
     info = probe.start()

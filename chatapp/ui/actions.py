@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from textual.widgets import TabbedContent
 
 from chatapp.engine.protocol import ChatMessage, LoadOptions
-from chatapp.store import StoreError
+from chatapp.history.store import StoreError
 from chatapp.ui.prompt_input import PromptInput
 from chatapp.ui.reply import stored_footer
 from chatapp.ui.screens.compare import CompareScreen
@@ -156,7 +156,7 @@ class ChatActions(_Base):
 
     def switch_model(self, options: LoadOptions) -> None:
         """Load another model file (the conversation stays)."""
-        from chatapp.engine.local import LocalEngine
+        from chatapp.engine.local.engine import LocalEngine
         from chatapp.ui.streaming import WORKER_NICE
 
         self.options = options

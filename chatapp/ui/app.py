@@ -14,8 +14,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 
-from chatapp.context import fit_messages
-from chatapp.engine.machine import physical_cores
+from chatapp.chat.context import fit_messages
+from chatapp.engine.local.machine import physical_cores
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineCrashed,

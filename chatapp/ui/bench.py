@@ -89,7 +89,7 @@ async def _one_reply(app, pilot, history: int, tokens: int) -> UiRun:
 
 
 async def _bench(options: LoadOptions, tokens: int, reps: int) -> dict:
-    from chatapp.engine.local import LocalEngine
+    from chatapp.engine.local.engine import LocalEngine
     from chatapp.ui.app import ChatApp
     from chatapp.ui.streaming import WORKER_NICE
 

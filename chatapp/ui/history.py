@@ -6,9 +6,9 @@ import time
 from collections.abc import Callable
 
 from chatapp.engine.protocol import Finished, ModelInfo
-from chatapp.history_model import ModelFingerprint, model_fingerprint, title_from
+from chatapp.history.records import ModelFingerprint, model_fingerprint, title_from
+from chatapp.history.store import MessageStatus, Store, StoreError
 from chatapp.sampling import SamplerSettings
-from chatapp.store import MessageStatus, Store, StoreError
 
 SAVE_EVERY_S = 1.0  # a streaming reply is written at least this often
 

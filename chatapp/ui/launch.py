@@ -20,14 +20,14 @@ def build_app(
 ) -> ChatApp:
     config = config or Config()
     if server:
-        from chatapp.engine.remote import RemoteEngine
+        from chatapp.engine.remote.client import RemoteEngine
 
         def factory():
             return RemoteEngine(server, **{k: v for k, v in (remote or {}).items() if v})
 
         label = server
     else:
-        from chatapp.engine.local import LocalEngine
+        from chatapp.engine.local.engine import LocalEngine
         from chatapp.ui.streaming import WORKER_NICE
 
         def factory():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from gguf_builders import with_string
 
-from chatapp.bundled import smollm2_path
+from chatapp.models.bundled import smollm2_path
 
 TEMPLATES = {
     "raises": "{{ raise_exception('this template always fails') }}",

@@ -13,7 +13,7 @@ from fault_helpers import REPO, SIZE, one_error_line, run_cli, screen_text, stat
 from scripted_engine import ScriptedEngine
 from textual import events
 
-from chatapp.engine.local import LocalEngine
+from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import (
     Candidate,
     Finished,

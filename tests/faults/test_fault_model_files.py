@@ -16,9 +16,9 @@ import pytest
 from fault_helpers import SIZE, one_error_line, run_cli, send, status, type_text, wait_until
 from gguf_builders import build, kv_str, tensor
 
-from chatapp.bundled import smollm2_path
-from chatapp.engine.local import LocalEngine
+from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
+from chatapp.models.bundled import smollm2_path
 from chatapp.ui.app import ChatApp
 
 BAD = "{p} is not a valid GGUF file: "

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fault_helpers import one_error_line, run_cli
 
-from chatapp.store import SCHEMA_VERSION, Store
+from chatapp.history.store import SCHEMA_VERSION, Store
 
 
 @pytest.fixture

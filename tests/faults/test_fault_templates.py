@@ -9,10 +9,10 @@ import time
 import pytest
 from fault_helpers import SIZE, run_cli, send, wait_until
 
-from chatapp.engine import worker
-from chatapp.engine.local import LocalEngine
+from chatapp.engine.local import worker
+from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.timebound import call_with_timeout
 from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions
-from chatapp.engine.timebound import call_with_timeout
 from chatapp.sampling import SamplerSettings
 from chatapp.ui.app import ChatApp
 

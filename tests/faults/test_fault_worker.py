@@ -11,7 +11,7 @@ from contextlib import suppress
 import pytest
 from fault_helpers import SIZE, send, status, wait_until
 
-from chatapp.engine.local import LocalEngine
+from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
 from chatapp.ui import app as app_module
 from chatapp.ui.app import ChatApp

@@ -20,9 +20,10 @@ from textual.widgets import Button, Input, Label, SelectionList, Static
 from textual.widgets.selection_list import Selection
 from textual.worker import Worker, WorkerState
 
-from chatapp import compare, paths, quantize
-from chatapp.discovery import ModelEntry, discover, entry
+from chatapp import paths
 from chatapp.engine.protocol import EngineError
+from chatapp.models import compare, quantize
+from chatapp.models.discovery import ModelEntry, discover, entry
 from chatapp.ui.widgets.compare_view import CompareTable, RepliesView, bars_markup
 
 QUANT_BUTTONS = ("Q8_0", "Q2_K")

@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Input, Label, Static
 
-from chatapp.store import Store, StoreError
+from chatapp.history.store import Store, StoreError
 
 
 @dataclass(frozen=True)

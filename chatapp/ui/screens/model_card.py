@@ -11,8 +11,8 @@ from textual.screen import ModalScreen
 from textual.validation import Number
 from textual.widgets import Input, Label, Static
 
-from chatapp import fit
 from chatapp.engine.protocol import ModelInfo
+from chatapp.models import fit
 from chatapp.ui.screens.models import Machine, Picked, read_model
 from chatapp.ui.widgets.model_card import CardView, FitView, machine_memory, what_if_markup
 

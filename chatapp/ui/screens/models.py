@@ -16,10 +16,10 @@ from textual.screen import ModalScreen
 from textual.validation import Integer
 from textual.widgets import Button, DataTable, Input, Label, Static
 
-from chatapp import fit
-from chatapp.discovery import ModelEntry, discover
 from chatapp.engine.protocol import EngineError, LoadOptions
-from chatapp.gguf_info import ModelCard, card_from_header, read_header
+from chatapp.models import fit
+from chatapp.models.discovery import ModelEntry, discover
+from chatapp.models.gguf_info import ModelCard, card_from_header, read_header
 from chatapp.ui.widgets.model_card import CardView, FitView, machine_memory
 
 MIN_CTX, MAX_CTX = 64, 1 << 20

@@ -11,7 +11,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.markup import escape
 from textual.widgets import DataTable, Static
 
-from chatapp.compare import BARS, COLUMNS, CompareResult, RunResult
+from chatapp.models.compare import BARS, COLUMNS, CompareResult, RunResult
 
 STATUS = "status"
 BAR_WIDTH = 18

@@ -1,4 +1,4 @@
-"""Model card, memory fit and what-if views, drawn from GGUF headers and chatapp.fit."""
+"""Model card, memory fit and what-if views, drawn from GGUF headers and chatapp.models.fit."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from textual.markup import escape
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from chatapp import fit
-from chatapp.gguf_info import ModelCard
-from chatapp.model_card import card_rows
+from chatapp.models import fit
+from chatapp.models.gguf_info import ModelCard
+from chatapp.models.model_card import card_rows
 
 
 def machine_memory() -> tuple[int | None, int | None]:

@@ -24,7 +24,7 @@ from chatapp.engine.protocol import (
     LoadOptions,
     Token,
 )
-from chatapp.gguf_info import inspect
+from chatapp.models.gguf_info import inspect
 from chatapp.sampling import SamplerSettings
 
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
@@ -205,7 +205,7 @@ def _same_file(a: str | Path, b: str | Path) -> bool:
 
 
 def _local_engine(opts: LoadOptions):
-    from chatapp.engine.local import LocalEngine
+    from chatapp.engine.local.engine import LocalEngine
 
     return LocalEngine(opts)
 

@@ -15,8 +15,16 @@ from pathlib import Path
 
 import numpy as np
 
-from chatapp.engine import template
-from chatapp.engine.candidates import rank, ranked_size, token_logprob, top_candidates
+from chatapp.engine.local import template
+from chatapp.engine.local.candidates import rank, ranked_size, token_logprob, top_candidates
+from chatapp.engine.local.timebound import call_with_timeout
+from chatapp.engine.local.worker_log import (
+    extra_buffers_from_log,
+    flash_attn_from_log,
+    load_error_from_log,
+    offloaded_from_log,
+    read_since,
+)
 from chatapp.engine.protocol import (
     Failed,
     Finished,
@@ -29,14 +37,6 @@ from chatapp.engine.protocol import (
     StopReason,
     Token,
     TokenPiece,
-)
-from chatapp.engine.timebound import call_with_timeout
-from chatapp.engine.worker_log import (
-    extra_buffers_from_log,
-    flash_attn_from_log,
-    load_error_from_log,
-    offloaded_from_log,
-    read_since,
 )
 from chatapp.metrics import stats_from_times
 from chatapp.sampling import SamplerSettings

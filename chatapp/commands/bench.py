@@ -65,7 +65,7 @@ _BARE = None
 
 def _lcp_init(options: LoadOptions, log_path: str) -> None:
     global _LLAMA
-    from chatapp.engine.worker import open_llama, redirect_output
+    from chatapp.engine.local.worker import open_llama, redirect_output
 
     redirect_output(log_path)
 
@@ -77,7 +77,7 @@ def _lcp_init(options: LoadOptions, log_path: str) -> None:
 
 def _bare_init(options: LoadOptions, log_path: str) -> None:
     global _BARE
-    from chatapp.engine.worker import Worker, redirect_output
+    from chatapp.engine.local.worker import Worker, redirect_output
 
     redirect_output(log_path)
 
@@ -181,7 +181,7 @@ def run_bench(
     llama_bench: Path | None,
     as_json: bool,
 ) -> int:
-    from chatapp.engine.local import LocalEngine
+    from chatapp.engine.local.engine import LocalEngine
 
     if llama_bench is not None and not Path(llama_bench).is_file():
         print(f"error: llama-bench not found at {llama_bench}", file=sys.stderr)

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from chatapp import paths
-from chatapp.engine import cpu_backend, gpu_fallback, machine
+from chatapp.engine.local import cpu_backend, gpu_fallback, machine
+from chatapp.engine.local.worker_log import extra_buffers_from_log, read_since, useful_lines
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineCrashed,
@@ -29,7 +30,6 @@ from chatapp.engine.protocol import (
     ModelInfo,
     TokenPiece,
 )
-from chatapp.engine.worker_log import extra_buffers_from_log, read_since, useful_lines
 from chatapp.sampling import SamplerSettings
 
 LOAD_TIMEOUT_S = 300.0
@@ -43,7 +43,7 @@ def check_model_file(path: str) -> None:
     directory, a FIFO (never opened: that would block), an HTML page from a failed download, a
     bad header; each one sentence naming the file.
     """
-    from chatapp.gguf_info import validate
+    from chatapp.models.gguf_info import validate
 
     validate(path)
 
@@ -129,7 +129,7 @@ class LocalEngine:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         _rotate(self.log_path)
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
-        from chatapp.engine import worker
+        from chatapp.engine.local import worker
 
         proc = ctx.Process(
             target=worker.main,

@@ -13,7 +13,7 @@ from typing import Any
 
 from chatapp import paths
 from chatapp.engine.protocol import ChatMessage
-from chatapp.history_model import (
+from chatapp.history.records import (
     Conversation,
     Message,
     MessageStatus,
@@ -29,9 +29,7 @@ from chatapp.history_model import (
     stats_columns,
     title_from,
 )
-from chatapp.metrics import GenerationStats
-from chatapp.sampling import SamplerSettings
-from chatapp.store_schema import (
+from chatapp.history.schema import (
     SCHEMA_VERSION,
     describe_error,
     migrate,
@@ -39,6 +37,8 @@ from chatapp.store_schema import (
     rollback,
     set_wal,
 )
+from chatapp.metrics import GenerationStats
+from chatapp.sampling import SamplerSettings
 
 __all__ = [
     "Conversation",

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from chatapp.engine.protocol import EngineError
-from chatapp.gguf_tables import FILE_TYPES, GGML_TYPES, KNOWN_ARCHITECTURES
+from chatapp.models.gguf_tables import FILE_TYPES, GGML_TYPES, KNOWN_ARCHITECTURES
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)

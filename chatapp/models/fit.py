@@ -9,7 +9,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from chatapp.gguf_info import Header, card_from_header
+from chatapp.models.gguf_info import Header, card_from_header
 
 GIB = 1024**3
 MIB = 1024**2

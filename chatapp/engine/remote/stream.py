@@ -17,8 +17,8 @@ from chatapp.engine.protocol import (
     Token,
     TokenPiece,
 )
-from chatapp.engine.remote_tokens import pieces_from_choice
-from chatapp.engine.sse import iter_sse
+from chatapp.engine.remote.sse import iter_sse
+from chatapp.engine.remote.tokens import pieces_from_choice
 from chatapp.metrics import stats_from_times
 from chatapp.sampling import SamplerSettings
 

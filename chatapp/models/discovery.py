@@ -7,9 +7,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from chatapp import bundled, paths
+from chatapp import paths
 from chatapp.engine.protocol import EngineError
-from chatapp.gguf_info import inspect
+from chatapp.models import bundled
+from chatapp.models.gguf_info import inspect
 
 MAX_DEPTH = 4  # folder levels searched below each given folder
 

@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from chatapp import paths
-from chatapp.engine.local import real_std_streams
+from chatapp.engine.local.engine import real_std_streams
 from chatapp.engine.protocol import EngineError
-from chatapp.gguf_info import inspect
+from chatapp.models.gguf_info import inspect
 
 # Target name -> llama_cpp LLAMA_FTYPE_MOSTLY_* suffix. IQ1/IQ2/IQ3_XXS/Q2_K_S are left out:
 # llama.cpp refuses them without an importance matrix.

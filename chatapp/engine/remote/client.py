@@ -11,8 +11,6 @@ from collections.abc import Iterator
 
 import httpx
 
-from chatapp.engine import remote_errors as errs
-from chatapp.engine import remote_probe as probe
 from chatapp.engine.protocol import (
     EngineError,
     Event,
@@ -24,8 +22,10 @@ from chatapp.engine.protocol import (
     StopReason,
     TokenPiece,
 )
-from chatapp.engine.remote_stream import StreamState, body_for, sse_objects
-from chatapp.engine.remote_tokens import TOKENIZING_KINDS, ServerTokenizer
+from chatapp.engine.remote import errors as errs
+from chatapp.engine.remote import probe
+from chatapp.engine.remote.stream import StreamState, body_for, sse_objects
+from chatapp.engine.remote.tokens import TOKENIZING_KINDS, ServerTokenizer
 from chatapp.sampling import SamplerSettings
 
 SAMPLER_NOTICE = "sampler changes apply from the next reply on a server"

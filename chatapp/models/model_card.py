@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from chatapp import fit
-from chatapp.gguf_info import ModelCard
+from chatapp.models import fit
+from chatapp.models.gguf_info import ModelCard
 
 
 def card_rows(card: ModelCard, with_path: bool = False) -> list[tuple[str, str]]:

@@ -1,0 +1,1 @@
+"""A chat session without Textual: messages, context fitting and the reply's life."""

@@ -1,0 +1,1 @@
+"""Conversation history: the SQLite store, its schema and the records it holds."""

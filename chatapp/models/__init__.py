@@ -1,0 +1,1 @@
+"""Model files: GGUF headers and validation, fit on this machine, quantize, compare, discovery."""
