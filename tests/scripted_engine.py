@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from chatapp.engine.protocol import (
     Candidate,
+    ChatMessage,
     Failed,
     Finished,
     GenerateRequest,
@@ -42,10 +43,12 @@ class ScriptedEngine:
         self._cancel = threading.Event()
         self._settings: SamplerSettings | None = None
         self.requests: list[GenerateRequest] = []
-        self.alive = False
+        self._alive = False
+        self.notes: list[str] = []
+        self.killed: str | None = None
 
     def start(self) -> ModelInfo:
-        self.alive = True
+        self._alive = True
         self.info = ModelInfo(
             path="/models/scripted.gguf",
             n_vocab=1000,
@@ -135,5 +138,16 @@ class ScriptedEngine:
             for i, w in enumerate(text.split())
         ]
 
+    def kill(self, reason: str = "it did not stop when asked") -> None:
+        self.killed = reason
+        self._cancel.set()
+
+    def count_tokens(self, messages: list[ChatMessage]) -> int | None:
+        return sum(len(m.content.split()) + 4 for m in messages)
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
     def close(self) -> None:
-        self.alive = False
+        self._alive = False

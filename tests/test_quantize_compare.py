@@ -225,9 +225,9 @@ class FakeEngine:
         shift = 1 if "othertok" in self.path else 0
         return [TokenPiece((i + shift) % self.vocab, b"x") for i in range(40)]
 
-    def score(self, ids):
+    def score(self, tokens):
         rng = np.random.default_rng(7)
-        logits = rng.normal(size=(len(ids) - 1, self.vocab))
+        logits = rng.normal(size=(len(tokens) - 1, self.vocab))
         if "noisy" in self.path:
             logits += np.random.default_rng(8).normal(scale=2.0, size=logits.shape)
         return (logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))).astype(np.float32)

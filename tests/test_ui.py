@@ -309,7 +309,7 @@ async def test_a_streamed_paragraph_asks_for_layout_only_when_it_grows():
 async def test_a_continued_reply_hides_its_old_stats_line_until_it_is_done():
     from chatapp.sampling import SamplerSettings
 
-    engine = ScriptedEngine(delay=0.03)
+    engine = ScriptedEngine(delay=0.1)  # (slow enough to look at the reply mid-stream)
     app = ChatApp(lambda: engine, settings=SamplerSettings(max_tokens=6))
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Go on")

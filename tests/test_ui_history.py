@@ -7,7 +7,7 @@ from test_ui import SIZE, send, wait_until
 
 from chatapp.history.store import Store
 from chatapp.ui.app import ChatApp
-from chatapp.ui.history import ChatHistory
+from chatapp.chat.recorder import ChatHistory
 from chatapp.ui.screens.conversations import ConversationsScreen
 
 

@@ -6,8 +6,10 @@ import json
 import sys
 from pathlib import Path
 
+from chatapp.engine.factory import make_engine
 from chatapp.engine.protocol import (
     ChatMessage,
+    Engine,
     Failed,
     Finished,
     GenerateRequest,
@@ -27,16 +29,9 @@ def resolve_model(model: Path | None) -> str:
     return str(default_model())
 
 
-def make_engine(options: LoadOptions, server: str | None = None, **remote):
-    """A started engine: local child process, or a server when `server` is given."""
-    if server:
-        from chatapp.engine.remote.client import RemoteEngine
-
-        engine = RemoteEngine(server, **remote)
-    else:
-        from chatapp.engine.local.engine import LocalEngine
-
-        engine = LocalEngine(options)
+def started_engine(options: LoadOptions, server: str | None = None, **remote) -> Engine:
+    """A started engine (local, or a server when `server` is given); its notes on stderr."""
+    engine = make_engine(options, server, **remote)
     engine.start()
     for note in getattr(engine, "notes", ()):
         print(f"note: {note}", file=sys.stderr)
@@ -76,7 +71,7 @@ def run_ask(
     request = GenerateRequest(
         messages=tuple(messages), settings=settings, stop=tuple(stop), top_n=top_n
     )
-    engine = make_engine(options, server, **(remote or {}))
+    engine = started_engine(options, server, **(remote or {}))
     tokens: list[Token] = []
     finished: Finished | None = None
     failed: Failed | None = None
@@ -156,10 +151,11 @@ def stats_line(finished: Finished) -> str:
 
 
 def run_tokenize(text: str, options: LoadOptions, as_json: bool, special: bool) -> int:
-    from chatapp.engine.local.engine import LocalEngine
-
-    with LocalEngine(options) as engine:
+    engine = started_engine(options)
+    try:
         pieces = engine.tokenize(text, special=special)
+    finally:
+        engine.close()
     if as_json:
         json.dump(
             [{"id": p.id, "piece": p.text, "bytes": list(p.piece)} for p in pieces],

@@ -181,7 +181,7 @@ def run_bench(
     llama_bench: Path | None,
     as_json: bool,
 ) -> int:
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.factory import make_engine
 
     if llama_bench is not None and not Path(llama_bench).is_file():
         print(f"error: llama-bench not found at {llama_bench}", file=sys.stderr)
@@ -191,7 +191,7 @@ def run_bench(
     if llama_bench:
         results.update({name: [] for name in LLAMA_BENCH_VARIANTS})
     ctx = mp.get_context("spawn")
-    with LocalEngine(options) as engine:
+    with make_engine(options) as engine:  # (a LocalEngine: it scores and benchmarks)
         info = engine.info
         # every contender runs what the engine chose here (tuned, or the CPU's defaults)
         options = replace(

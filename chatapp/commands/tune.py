@@ -13,9 +13,9 @@ def run_tune(options: LoadOptions, tokens: int, depths: tuple[int, ...], as_json
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.factory import make_engine
 
-    probe = LocalEngine(options)  # which extra buffers this file gets here, and whether it loads
+    probe = make_engine(options)  # which extra buffers this file gets here, and whether it loads
     info = probe.start()
     for note in probe.notes:
         print(f"note: {note}", file=sys.stderr)
@@ -39,7 +39,7 @@ def run_tune(options: LoadOptions, tokens: int, depths: tuple[int, ...], as_json
             def step(what: str) -> None:
                 bar.update(task, advance=1, description=what)
 
-            result = tune.measure_one(LocalEngine, options, config, chosen_depths, tokens, step)
+            result = tune.measure_one(make_engine, options, config, chosen_depths, tokens, step)
             if result.error:
                 bar.update(task, advance=len(chosen_depths) - len(result.decode))
             results.append(result)

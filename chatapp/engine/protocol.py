@@ -200,6 +200,13 @@ class Engine(Protocol):
     """A model that can chat. Local (child process) or remote (HTTP server)."""
 
     info: ModelInfo | None
+    notes: list[str]
+    """What start() had to do to get the model running (a GPU step-down, a CPU fallback)."""
+
+    @property
+    def alive(self) -> bool:
+        """Whether the engine can take a request now (started, and its worker not dead)."""
+        ...
 
     def start(self) -> ModelInfo:
         """Load the model; raises EngineError with a plain sentence on failure."""
@@ -217,8 +224,16 @@ class Engine(Protocol):
         """Stop the reply in progress within one token. Thread-safe."""
         ...
 
+    def kill(self, reason: str = "it did not stop when asked") -> None:
+        """Stop a reply that did not stop when cancelled, at once; it then fails with `reason`."""
+        ...
+
     def tokenize(self, text: str, special: bool = True) -> list[TokenPiece]:
         """Cut any text into tokens."""
+        ...
+
+    def count_tokens(self, messages: list[ChatMessage]) -> int | None:
+        """Prompt tokens of these messages after the chat template; None if it cannot tell."""
         ...
 
     def close(self) -> None:

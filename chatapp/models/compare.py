@@ -205,9 +205,9 @@ def _same_file(a: str | Path, b: str | Path) -> bool:
 
 
 def _local_engine(opts: LoadOptions):
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.factory import make_engine
 
-    return LocalEngine(opts)
+    return make_engine(opts)
 
 
 def compare(

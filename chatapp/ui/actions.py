@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from textual.widgets import TabbedContent
 
-from chatapp.engine.protocol import ChatMessage, LoadOptions
+from chatapp.engine.protocol import LoadOptions
 from chatapp.history.store import StoreError
 from chatapp.ui.prompt_input import PromptInput
 from chatapp.ui.reply import stored_footer
@@ -34,9 +34,7 @@ class ChatActions(_Base):
     async def action_regenerate(self) -> None:
         if self.reply is not None or not self.conversation:
             return
-        if self.conversation[-1].role == "assistant":
-            self.conversation.pop()
-            self.history.drop_from(len(self.conversation))
+        if self.session.drop_last_reply():
             items = self.chat.items()
             if items and items[-1].role == "assistant":
                 await items[-1].remove()
@@ -45,12 +43,9 @@ class ChatActions(_Base):
     async def action_edit_last(self) -> None:
         if self.reply is not None:
             return
-        idx = max((i for i, m in enumerate(self.conversation) if m.role == "user"), default=None)
-        if idx is None:
+        text = self.session.take_last_user()
+        if text is None:
             return
-        text = self.conversation[idx].content
-        del self.conversation[idx:]
-        self.history.drop_from(idx)
         items = self.chat.items()
         user_items = [i for i, it in enumerate(items) if it.role == "user"]
         for it in items[user_items[-1] :]:
@@ -64,10 +59,8 @@ class ChatActions(_Base):
         last = self.last_reply
         if self.reply is not None or last is None or not self.conversation:
             return
-        if self.conversation[-1].role != "assistant":
+        if not self.session.drop_last_reply():
             return
-        self.conversation.pop()
-        self.history.drop_from(len(self.conversation))
         await self._generate(prefix=list(last.tokens), item=last.item)
 
     async def action_rewind(self) -> None:
@@ -77,9 +70,7 @@ class ChatActions(_Base):
         if self.reply is not None or last is None or cursor is None or self.token_panel.show_prompt:
             self.notify("Select a token of the last reply in the Tokens tab first.")
             return
-        if self.conversation and self.conversation[-1].role == "assistant":
-            self.conversation.pop()
-            self.history.drop_from(len(self.conversation))
+        self.session.drop_last_reply()
         keep = list(last.tokens[:cursor])
         await last.item.finish("".join(t.text for t in keep))
         await self._generate(prefix=keep, item=last.item)
@@ -87,8 +78,7 @@ class ChatActions(_Base):
     async def action_new_chat(self) -> None:
         if self.reply is not None:
             return
-        self.conversation.clear()
-        self.history.new_conversation()
+        self.session.new_chat()
         self.last_reply = None
         await self.chat.clear()
         self.token_panel.reset_reply()
@@ -101,8 +91,7 @@ class ChatActions(_Base):
     def action_system_prompt(self) -> None:
         def done(text: str | None) -> None:
             if text is not None:
-                self.system_prompt = text
-                self.history.update_meta(text)
+                self.session.set_system_prompt(text)
                 self.set_status("system prompt set" if text else "system prompt cleared")
 
         self.push_screen(SystemPromptScreen(self.system_prompt), done)
@@ -126,22 +115,15 @@ class ChatActions(_Base):
 
     async def resume(self, conversation_id: int) -> None:
         """Open a saved conversation where it was: its messages, system prompt, settings, model."""
-        store = self.history.store
         try:
-            conv = store.get_conversation(conversation_id)
-            messages = store.messages(conversation_id)
+            conv, kept = self.session.resume(conversation_id)
         except StoreError as exc:
             self.notify(str(exc), severity="error")
             return
-        self.system_prompt = conv.system_prompt
         if conv.sampler is not None:
-            self.settings = conv.sampler
             self.sampler.settings = conv.sampler
             self.sampler.sync_sliders()
-        kept = [m for m in messages if m.role != "system"]
-        self.conversation = [ChatMessage(m.role, m.text) for m in kept]
         await self.chat.add_items([MessageView(m.role, m.text, stored_footer(m)) for m in kept])
-        self.history.resume(conversation_id, [m.id for m in kept])
         self.set_status(f"resumed: {conv.title} ({len(kept)} messages)")
         loaded = self.info.path if self.info else None
         if conv.model_path and self.options and conv.model_path != loaded:
@@ -156,11 +138,11 @@ class ChatActions(_Base):
 
     def switch_model(self, options: LoadOptions) -> None:
         """Load another model file (the conversation stays)."""
-        from chatapp.engine.local.engine import LocalEngine
+        from chatapp.engine.factory import make_engine
         from chatapp.ui.streaming import WORKER_NICE
 
         self.options = options
-        self.engine_factory = lambda: LocalEngine(options, nice=WORKER_NICE)
+        self.engine_factory = lambda: make_engine(options, nice=WORKER_NICE)
         self.start_engine()
 
     def action_toggle_side(self) -> None:

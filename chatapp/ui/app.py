@@ -14,10 +14,12 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 
-from chatapp.chat.context import fit_messages
+from chatapp.chat.recorder import ChatHistory
+from chatapp.chat.session import ChatSession
 from chatapp.engine.local.machine import physical_cores
 from chatapp.engine.protocol import (
     ChatMessage,
+    Engine,
     EngineCrashed,
     EngineError,
     GenerateRequest,
@@ -29,7 +31,6 @@ from chatapp.engine.protocol import (
 from chatapp.sampling import SamplerSettings
 from chatapp.ui import themes
 from chatapp.ui.actions import ChatActions
-from chatapp.ui.history import ChatHistory
 from chatapp.ui.messages import (
     EngineFailed,
     EngineReady,
@@ -101,16 +102,13 @@ class ChatApp(ChatActions, App):
         startup_notes: Iterable[str] = (),
     ) -> None:
         super().__init__()
-        self.history = history or ChatHistory(None, self._warn)
+        history = history or ChatHistory(None, self._warn)
+        self.session = ChatSession(history, settings, system_prompt)
         self.options = options
         self.startup_notes = list(startup_notes)
         self.engine_factory = engine_factory
-        self.engine = None
-        self.info: ModelInfo | None = None
-        self.settings = settings or SamplerSettings()
-        self.system_prompt = system_prompt
+        self.engine: Engine | None = None  # set when loaded; the session gets it when ready
         self.model_label = model_label
-        self.conversation: list[ChatMessage] = []
         self.reply: Reply | None = None
         self.last_reply: Reply | None = None
         self._reply_ids = 0
@@ -121,7 +119,6 @@ class ChatApp(ChatActions, App):
         self._wanted_theme = theme_name
         self.theme_problems: list[str] = []
         self.first_paint_s: list[float] = []  # submit -> first token painted, per reply
-        self.ignore_eos = False  # benchmarks: replies of exactly max_tokens
         self._prompt_len = 0
         self.paint_log: list[tuple[float, int]] = []  # (UI time, tokens) per batch shown
         self._unshown: list[Token] = []  # tokens of the reply not yet in the side panels
@@ -129,6 +126,44 @@ class ChatApp(ChatActions, App):
         self._panels_timer = None
         self.cadence = SMOOTH  # how often a streaming reply is drawn (set per model)
         self._prompt_event: PromptEvaluated | None = None  # not yet in the panels
+
+    # ---- the session's state, as the widgets and tests read it -----------------------------
+
+    @property
+    def conversation(self) -> list[ChatMessage]:
+        return self.session.conversation
+
+    @conversation.setter
+    def conversation(self, messages: list[ChatMessage]) -> None:
+        self.session.conversation = messages
+
+    @property
+    def settings(self) -> SamplerSettings:
+        return self.session.settings
+
+    @settings.setter
+    def settings(self, settings: SamplerSettings) -> None:
+        self.session.settings = settings
+
+    @property
+    def system_prompt(self) -> str:
+        return self.session.system_prompt
+
+    @property
+    def history(self) -> ChatHistory:
+        return self.session.history
+
+    @property
+    def info(self) -> ModelInfo | None:
+        return self.session.info
+
+    @property
+    def ignore_eos(self) -> bool:
+        return self.session.ignore_eos
+
+    @ignore_eos.setter
+    def ignore_eos(self, value: bool) -> None:
+        self.session.ignore_eos = value
 
     # ---- layout ---------------------------------------------------------------------------
 
@@ -208,7 +243,7 @@ class ChatApp(ChatActions, App):
                 self.engine.close()
             engine = self.engine_factory()
             info = engine.start()  # GPU step-down and CPU fallbacks happen inside
-            for note in getattr(engine, "notes", ()):
+            for note in engine.notes:
                 self.post_message(NoticeShown(note))
         except EngineCrashed as exc:
             self.post_message(EngineFailed(str(exc), exc.log_tail, crashed=True))
@@ -224,9 +259,8 @@ class ChatApp(ChatActions, App):
 
     def on_engine_ready(self, message: EngineReady) -> None:
         self._loading = False
-        self.info = message.info
+        self.session.attach(self.engine, message.info)
         self.cadence = cadence_for(message.info, physical_cores())
-        self.history.set_model(message.info)
         self.stats_panel.info = message.info
         self.stats_panel.stats = LiveStats(state="ready", n_ctx=message.info.n_ctx)
         name = Path(message.info.path).name
@@ -241,6 +275,7 @@ class ChatApp(ChatActions, App):
         self._loading = False
         self._reply_pending = False
         self.engine = None
+        self.session.detach()
         self.stats_panel.stats = self.stats_panel.stats.but(state="no model")
         self.set_status(f"error: {message.message}", error=True)
         self.notify(message.message, title="Model not loaded", severity="error", timeout=10)
@@ -264,8 +299,7 @@ class ChatApp(ChatActions, App):
 
     async def send(self, text: str) -> None:
         """Add a user turn and generate the reply to it."""
-        self.conversation.append(ChatMessage("user", text))
-        self.history.save_user(text, self.system_prompt, self.settings)
+        self.session.add_user(text)
         await self.chat.add("user", text)
         await self._generate()
 
@@ -280,7 +314,7 @@ class ChatApp(ChatActions, App):
     async def _generate(
         self, prefix: list[Token] | None = None, item: MessageView | None = None
     ) -> None:
-        if self.engine is None or not getattr(self.engine, "alive", True):
+        if not self.session.ready:
             self._wait_for_model()
             return
         self._reply_ids += 1
@@ -296,54 +330,30 @@ class ChatApp(ChatActions, App):
         self._prompt_event = None
         self._unshown = []
         self._panels_at = 0.0
-        self.history.begin_reply(self.settings)
+        prepared = self.session.prepare(reply.tokens)
+        self._show_left_out(item, prepared.dropped)
         self.probs.step = None
         self.token_panel.reset_reply([_shown(t) for t in reply.tokens])
         self.stats_panel.speeds = ()
         self.stats_panel.stats = self.stats_panel.stats.but(
             state="generating", stop_reason="", tokens=len(reply.tokens), decode_tps=None
         )
-        request = GenerateRequest(
-            messages=tuple(self._fitted_messages(item)),
-            settings=self.settings,
-            reply_prefix_ids=tuple(t.id for t in reply.tokens),
-            top_n=10,
-            ignore_eos=self.ignore_eos,
-        )
         self.set_status("generating… (Esc stops)")
-        self._stream(request, reply.id)
+        self._stream(prepared.request, reply.id)
 
-    def _fitted_messages(self, reply_item: MessageView) -> list[ChatMessage]:
-        """The conversation that fits the context with room for the reply: the oldest turns are
-        left out of the prompt (and dimmed on screen); the history keeps everything."""
-        messages = list(self._messages())
-        count = getattr(self.engine, "count_tokens", None)
-        n_ctx = self.info.n_ctx if self.info else 0
-        budget = min(self.settings.max_tokens, n_ctx // 2)
-        kept, dropped = messages, 0
-        # Every token is at least one character: a short conversation surely fits.
-        if count is not None and n_ctx and sum(len(m.content) for m in messages) > n_ctx - budget:
-            try:
-                kept, dropped = fit_messages(messages, count, n_ctx, budget)
-            except EngineError:
-                kept, dropped = messages, 0
-        # The widgets of the conversation (not the reply being written), newest last.
+    def _show_left_out(self, reply_item: MessageView, dropped: int) -> None:
+        """Dim the messages the prompt leaves out (the oldest); the history keeps them."""
         items = [it for it in self.chat.items() if it is not reply_item]
         offset = len(self.conversation) - len(items)
         for i, it in enumerate(items):
             it.set_class(dropped > 0 and i + offset < dropped, "left-out")
         if dropped:
+            n_ctx = self.info.n_ctx if self.info else 0
             self.notify(
                 f"{dropped} oldest messages are left out of the prompt to fit the "
                 f"context ({n_ctx} tokens); they stay in the history.",
                 timeout=6,
             )
-        return kept
-
-    def _messages(self) -> Iterable[ChatMessage]:
-        if self.system_prompt:
-            yield ChatMessage("system", self.system_prompt)
-        yield from self.conversation
 
     @work(thread=True, exclusive=True, group="generate", exit_on_error=False)
     def _stream(self, request: GenerateRequest, reply_id: int) -> None:
@@ -377,7 +387,7 @@ class ChatApp(ChatActions, App):
         reply.add(message.tokens)
         self.paint_log.append((time.perf_counter(), len(message.tokens)))
         await reply.item.write("".join(t.text for t in message.tokens))
-        self.history.stream(reply.item.text)
+        self.session.took(message.tokens)
         if first and reply.first_paint_s is None:
             self.call_after_refresh(self._record_first_paint, reply)
         self._unshown.extend(message.tokens)
@@ -444,8 +454,7 @@ class ChatApp(ChatActions, App):
         reply.finished = ev
         st = ev.stats
         await reply.item.finish(ev.text, footer_for(ev, reply, self.info))
-        self.conversation.append(ChatMessage("assistant", ev.text))
-        self.history.finish(ev.text, ev, self.settings)
+        self.session.finished(ev)
         self.stats_panel.stats = self.stats_panel.stats.but(
             state="ready",
             stop_reason=str(ev.reason),
@@ -463,19 +472,17 @@ class ChatApp(ChatActions, App):
         if reply is None or message.reply_id != reply.id:
             return
         self._refresh_panels()
-        text = reply.item.text
+        text = self.session.failed(message.message)  # what it wrote so far stays
         note = f"⚠ {message.message}"
         if message.log_tail:
             note += "\n\nlast log lines:\n" + message.log_tail
         await reply.item.finish(text, note)
         reply.item.add_class("error")
-        if text:
-            self.conversation.append(ChatMessage("assistant", text))  # the partial reply stays
-        self.history.finish(text, None, self.settings, error=message.message, kept=bool(text))
         self.stats_panel.stats = self.stats_panel.stats.but(state="error", stop_reason="error")
         self.set_status(f"error: {message.message}", error=True)
         if message.crashed:
             self.engine = None
+            self.session.detach()
             self.notify(
                 "The model worker died. Press ctrl+k (or send again) to start a new one.",
                 title="Model worker crashed",
@@ -499,33 +506,27 @@ class ChatApp(ChatActions, App):
     def action_stop(self) -> None:
         if self.reply is None or self.engine is None:
             return
-        try:
-            self.engine.cancel()
-        except EngineError:
-            pass
+        self.session.cancel()
         self.set_status("stopping…")
         reply_id = self.reply.id
         self.set_timer(STOP_GRACE_S, lambda: self._kill_if_stuck(reply_id))
 
     def _kill_if_stuck(self, reply_id: int) -> None:
-        if self.reply is not None and self.reply.id == reply_id and self.engine is not None:
-            kill = getattr(self.engine, "kill", None)
-            if kill is not None:
-                kill()  # the generation thread then reports the worker as crashed
+        if self.reply is not None and self.reply.id == reply_id:
+            self.session.kill()  # the generation thread then reports the worker as crashed
 
     # ---- panels -----------------------------------------------------------------------------
 
     @on(SamplerPanel.SettingsChanged)
     def on_settings_changed(self, message: SamplerPanel.SettingsChanged) -> None:
-        self.settings = message.settings
-        if self.reply is not None and self.engine is not None:
-            try:
-                self.engine.update_settings(self.settings)
-                self.sampler.set_status("sent: applies from the next token…")
-            except EngineError as exc:
-                self.sampler.set_status(str(exc))
-        else:
-            self.sampler.set_status("applies to the next reply")
+        try:
+            live = self.session.change_settings(message.settings)
+        except EngineError as exc:
+            self.sampler.set_status(str(exc))
+            return
+        self.sampler.set_status(
+            "sent: applies from the next token…" if live else "applies to the next reply"
+        )
 
     @on(TokenStrip.Selected, "#reply-tokens")
     def on_reply_token_selected(self, message: TokenStrip.Selected) -> None:

@@ -89,11 +89,11 @@ async def _one_reply(app, pilot, history: int, tokens: int) -> UiRun:
 
 
 async def _bench(options: LoadOptions, tokens: int, reps: int) -> dict:
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.factory import make_engine
     from chatapp.ui.app import ChatApp
     from chatapp.ui.streaming import WORKER_NICE
 
-    app = ChatApp(lambda: LocalEngine(options, nice=WORKER_NICE))  # as `chatapp chat` runs it
+    app = ChatApp(lambda: make_engine(options, nice=WORKER_NICE))  # as `chatapp chat` runs it
     app.ignore_eos = True
     runs: list[UiRun] = []
     async with app.run_test(size=(120, 40)) as pilot:

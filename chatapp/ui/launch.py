@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from chatapp.chat.recorder import ChatHistory
 from chatapp.config import Config, effective_theme, save_theme
-from chatapp.engine.protocol import LoadOptions
+from chatapp.engine.factory import make_engine
+from chatapp.engine.protocol import Engine, LoadOptions
 from chatapp.ui.app import ChatApp
-from chatapp.ui.history import ChatHistory
+from chatapp.ui.streaming import WORKER_NICE
 
 
 def build_app(
@@ -19,21 +21,12 @@ def build_app(
     problems: list[str] | None = None,
 ) -> ChatApp:
     config = config or Config()
-    if server:
-        from chatapp.engine.remote.client import RemoteEngine
+    remote_options = {k: v for k, v in (remote or {}).items() if v}
 
-        def factory():
-            return RemoteEngine(server, **{k: v for k, v in (remote or {}).items() if v})
+    def factory() -> Engine:
+        return make_engine(options, server, nice=WORKER_NICE, **remote_options)
 
-        label = server
-    else:
-        from chatapp.engine.local.engine import LocalEngine
-        from chatapp.ui.streaming import WORKER_NICE
-
-        def factory():
-            return LocalEngine(options, nice=WORKER_NICE)
-
-        label = Path(options.model_path).name
+    label = server or Path(options.model_path).name
     notes = list(problems or [])
 
     def remember(name: str) -> None:

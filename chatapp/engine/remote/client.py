@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import httpx
 
 from chatapp.engine.protocol import (
+    ChatMessage,
     EngineError,
     Event,
     Failed,
@@ -79,6 +80,7 @@ class RemoteEngine:
         self._tokenizer = ServerTokenizer(self._call, "unknown", None)
         self._noticed: set[str] = set()
         self._logprobs_ok = True
+        self.notes: list[str] = []
 
     def __repr__(self) -> str:
         return f"RemoteEngine({self.base_url!r}, kind={self.kind!r}, model={self.model!r})"
@@ -91,6 +93,18 @@ class RemoteEngine:
     @property
     def can_tokenize(self) -> bool:
         return self.kind in TOKENIZING_KINDS
+
+    @property
+    def alive(self) -> bool:
+        return self.info is not None and self._client is not None
+
+    def kill(self, reason: str = "it did not stop when asked") -> None:
+        """A server's reply is stopped by dropping its stream (the server itself stays up)."""
+        self.cancel()
+
+    def count_tokens(self, messages: list[ChatMessage]) -> int | None:
+        """None: the server's chat template is not known here, so its prompt cannot be counted."""
+        return None
 
     # ---- lifecycle ----------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The app's link to the history database: save as the chat goes, never lose what was typed."""
+"""The chat's link to the history database: saved as the chat goes, never losing what was typed."""
 
 from __future__ import annotations
 
