@@ -9,8 +9,9 @@ from typing import Annotated
 
 import typer
 
-from chatapp.engine.protocol import EngineError, LoadOptions
-from chatapp.sampling import BOUNDS, SettingsError
+from chatapp.engine.protocol import LoadOptions
+from chatapp.errors import ChatappError, UsageError
+from chatapp.sampling import BOUNDS
 
 app = typer.Typer(
     name="chatapp",
@@ -372,7 +373,7 @@ def compare(
     from chatapp.commands.models import compare_cmd
 
     if as_json + as_csv + markdown > 1:
-        raise EngineError("choose one of --json, --csv and --markdown")
+        raise UsageError("choose one of --json, --csv and --markdown")
     fmt = "json" if as_json else "csv" if as_csv else "markdown" if markdown else "table"
     raise typer.Exit(compare_cmd(files, prompt, tokens, reference, fmt, threads))
 
@@ -464,42 +465,35 @@ def _model_path(model: Path | None) -> str:
     return resolve_model(model)
 
 
-def _cli_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [typer.TyperException, typer.Abort]
-    try:  # typer >= 0.20 vendors click; older typer raises click's own exceptions
-        import click
+try:  # typer >= 0.20 vendors click as typer._click and raises its exceptions
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+except ImportError:  # older typer raises click's own (NoArgsIsHelpError: click >= 8.2)
+    from click.exceptions import ClickException, NoArgsIsHelpError
 
-        errors += [click.ClickException, click.exceptions.Abort]
-    except ImportError:
-        pass
-    return tuple(errors)
-
-
-_CLI_ERRORS = _cli_errors()
+# typer.Abort (Ctrl-C at a prompt) is typer's own class since typer vendors click, click's
+# re-exported before; typer.TyperException is the base of the vendored click exceptions.
+_CLI_ERRORS = (typer.TyperException, ClickException)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: user errors are one `error:` line and a non-zero exit."""
-    from chatapp.history.store import StoreError
-    from chatapp.models.bundled import BundledModelMissing
-
+    """Console entry point: a user error is one `error:` line and a non-zero exit (2 for
+    bad flags, 1 for the rest), never a traceback."""
     command = typer.main.get_command(app)
     try:
         code = command.main(args=argv, prog_name="chatapp", standalone_mode=False)
-    except _CLI_ERRORS as exc:
-        if type(exc).__name__ == "NoArgsIsHelpError":
-            print(exc.ctx.get_help() if getattr(exc, "ctx", None) else str(exc))
-            code = 0
-        elif type(exc).__name__ == "Abort":
-            print("error: aborted", file=sys.stderr)
-            code = 130
-        else:
-            message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-            print(f"error: {message}", file=sys.stderr)
-            code = getattr(exc, "exit_code", 2) or 2
-    except (EngineError, SettingsError, BundledModelMissing, StoreError) as exc:
+    except NoArgsIsHelpError as exc:  # `chatapp history`: the help is the answer
+        print(exc.ctx.get_help())
+        code = 0
+    except typer.Abort:
+        print("error: aborted", file=sys.stderr)
+        code = 130
+    except _CLI_ERRORS as exc:  # click's usage errors: bad flags, a missing argument
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        print(f"error: {message}", file=sys.stderr)
+        code = getattr(exc, "exit_code", 2) or 2
+    except ChatappError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        code = 1
+        code = 2 if isinstance(exc, UsageError) else 1
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         code = 130

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from chatapp import paths
+from chatapp.errors import ChatappError
 from chatapp.sampling import PRESETS, SamplerSettings, SettingsError
 
 STATE_NAME = "state.json"
 DEFAULT_THEME = "chatapp-dark"
 
 
-class ConfigError(Exception):
+class ConfigError(ChatappError):
     """Remembered UI state could not be saved; str() is one sentence."""
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from chatapp.errors import ChatappError
+
 
 @dataclass(frozen=True)
 class Bound:
@@ -29,7 +31,7 @@ BOUNDS: dict[str, Bound] = {
 INT_FIELDS = {"top_k", "max_tokens", "seed", "repeat_last_n"}
 
 
-class SettingsError(ValueError):
+class SettingsError(ChatappError):
     """A sampler value outside its allowed range."""
 
 

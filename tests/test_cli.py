@@ -167,3 +167,59 @@ def test_bench_ui_says_why_when_the_model_does_not_load(tmp_path):
     assert r.returncode == 1
     assert "the model did not load" in r.stderr and "not a GGUF model file" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_conflicting_flags_are_a_usage_error_exit_2(tmp_path):
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"  # never opened: refused before any work
+    r = chatapp("compare", str(a), str(b), "--json", "--csv", timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == ["error: choose one of --json, --csv and --markdown"]
+    assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def run_main(monkeypatch, argv: list[str], raised: BaseException | None = None) -> int:
+    """chatapp.cli.main in-process; `raised` replaces what the command would do."""
+    import typer
+
+    from chatapp import cli
+
+    if raised is not None:
+
+        class Raising:
+            def main(self, **_kw):
+                raise raised
+
+        monkeypatch.setattr(typer.main, "get_command", lambda _app: Raising())
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    return info.value.code
+
+
+def test_main_turns_each_kind_of_error_into_one_line(monkeypatch, capsys):
+    import typer
+
+    from chatapp.engine.protocol import EngineError
+    from chatapp.errors import ChatappError, ModelFileError, UsageError
+
+    cases = [
+        (UsageError("choose one of --a and --b"), 2, "error: choose one of --a and --b"),
+        (ModelFileError("x.gguf is not a GGUF model file"), 1, "error: x.gguf is not a GGUF"),
+        (EngineError("the server went away"), 1, "error: the server went away"),
+        (ChatappError("something to fix"), 1, "error: something to fix"),
+        (typer.Abort(), 130, "error: aborted"),
+        (KeyboardInterrupt(), 130, "error: interrupted"),
+    ]
+    for exc, code, line in cases:
+        assert run_main(monkeypatch, [], exc) == code, exc
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and err.startswith(line), err
+
+
+def test_main_usage_errors_and_help(monkeypatch, capsys):
+    assert run_main(monkeypatch, ["ask", "hi", "--bogus"]) == 2
+    assert capsys.readouterr().err.strip() == "error: No such option: --bogus"
+    assert run_main(monkeypatch, ["history"]) == 0  # no_args_is_help: the help, exit 0
+    out = capsys.readouterr()
+    assert "Saved conversations." in out.out and out.err == ""
+    with pytest.raises(ValueError):  # not a user error: a bug keeps its traceback
+        run_main(monkeypatch, [], ValueError("a bug"))

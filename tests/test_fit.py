@@ -11,6 +11,7 @@ import pytest
 
 from chatapp.commands.models import fit_cmd, inspect_cmd
 from chatapp.engine.protocol import EngineError, LoadOptions
+from chatapp.errors import ModelFileError
 from chatapp.models import fit
 from chatapp.models.bundled import smollm2_path
 from chatapp.models.gguf_info import inspect, read_header
@@ -180,7 +181,7 @@ def test_fit_command(capsys, monkeypatch):
     assert "Q4_K_M" in capsys.readouterr().out
     with pytest.raises(EngineError, match="--memory"):
         fit_cmd(params_b=70, memory_gb=-1)
-    with pytest.raises(EngineError, match="not found"):
+    with pytest.raises(ModelFileError, match="not found"):
         fit_cmd("/nonexistent/model.gguf")
 
 

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from gguf_builders import build, kv_str, kv_str_array, kv_u32, s, tensor, write
 
-from chatapp.engine.protocol import EngineError
+from chatapp.errors import ModelFileError
 from chatapp.models import gguf_info
 from chatapp.models.bundled import smollm2_path
 from chatapp.models.gguf_info import inspect, read_header, validate
 
 
 def refused(path: Path) -> str:
-    with pytest.raises(EngineError) as info:
+    with pytest.raises(ModelFileError) as info:
         validate(path)
     message = str(info.value)
     assert str(path) in message, message  # every refusal names the file
@@ -269,7 +269,7 @@ def test_every_truncation_is_an_engine_error(tmp_path):
     path = tmp_path / "cut.gguf"
     for n in range(len(full)):
         path.write_bytes(full[:n])
-        with pytest.raises(EngineError):
+        with pytest.raises(ModelFileError):
             validate(path)
 
 
@@ -290,7 +290,7 @@ def test_byte_flips_never_crash(tmp_path):
             path.write_bytes(bytes(data))
             try:
                 validate(path)
-            except EngineError:
+            except ModelFileError:
                 pass
 
 
@@ -298,7 +298,7 @@ def test_engine_check_uses_validate(tmp_path):
     from chatapp.engine.local.engine import check_model_file
 
     path = write(tmp_path, build(tensors=[tensor("blk.0.w", (32, 0))]))
-    with pytest.raises(EngineError, match="zero-sized dimension"):
+    with pytest.raises(ModelFileError, match="zero-sized dimension"):
         check_model_file(str(path))
 
 

@@ -14,6 +14,7 @@ import pytest
 from chatapp import paths
 from chatapp.commands.models import compare_cmd, models_cmd, quantize_cmd
 from chatapp.engine.protocol import EngineError, Finished, ModelInfo, StopReason, Token, TokenPiece
+from chatapp.errors import ModelFileError
 from chatapp.metrics import GenerationStats
 from chatapp.models import compare, discovery, quantize
 from chatapp.models.bundled import smollm2_path
@@ -63,14 +64,14 @@ def test_names_and_types(tmp_path):
 def test_quantize_refuses_to_overwrite_the_source(tmp_path):
     src = tmp_path / "m.Q4_1.gguf"
     src.symlink_to(smollm2_path())
-    with pytest.raises(EngineError, match="overwrite the source"):
+    with pytest.raises(ModelFileError, match="overwrite the source"):
         quantize.quantize(src, "Q4_1", tmp_path)
 
 
 def test_quantize_invalid_source(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + struct.pack("<I", 1) + b"\0" * 32)
-    with pytest.raises(EngineError, match="GGUF version 1"):
+    with pytest.raises(ModelFileError, match="GGUF version 1"):
         quantize.quantize(bad, "Q8_0", tmp_path)
 
 
@@ -120,7 +121,7 @@ def test_quantize_command_into_the_cache(capsys):
     assert len(listed) == len(entries)
     assert models_cmd([bad_dir]) == 0
     assert "! " in capsys.readouterr().out
-    with pytest.raises(EngineError, match="does not exist"):
+    with pytest.raises(ModelFileError, match="does not exist"):
         discovery.discover([bad_dir / "missing"])
 
 
@@ -185,7 +186,7 @@ def test_compare_command_and_a_bad_file(quantized, tmp_path, capsys):
         compare_cmd([str(smollm2_path()), quantized["Q2_K"].output], fmt="xml")
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"")
-    with pytest.raises(EngineError, match="it is empty"):  # every file is checked first
+    with pytest.raises(ModelFileError, match="it is empty"):  # every file is checked first
         compare_cmd([str(smollm2_path()), str(bad)])
     code = compare_cmd(
         [quantized["Q2_K"].output],

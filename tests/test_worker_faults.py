@@ -11,12 +11,12 @@ from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineCrashed,
-    EngineError,
     Finished,
     GenerateRequest,
     LoadOptions,
     Token,
 )
+from chatapp.errors import ModelFileError
 from chatapp.sampling import SamplerSettings
 
 
@@ -56,7 +56,7 @@ def test_worker_killed_mid_reply_raises_crashed_and_restarts(model_path, sig):
 def test_non_gguf_file_is_refused_clearly(tmp_path):
     bad = tmp_path / "notes.gguf"
     bad.write_text("this is not a model")
-    with pytest.raises(EngineError) as info:
+    with pytest.raises(ModelFileError) as info:
         LocalEngine(LoadOptions(model_path=str(bad))).start()
     assert (
         str(info.value) == f"{bad} is not a GGUF model file (it does not start with the GGUF magic)"
@@ -64,9 +64,9 @@ def test_non_gguf_file_is_refused_clearly(tmp_path):
 
 
 def test_missing_and_empty_files(tmp_path):
-    with pytest.raises(EngineError, match="model file not found"):
+    with pytest.raises(ModelFileError, match="model file not found"):
         LocalEngine(LoadOptions(model_path=str(tmp_path / "nope.gguf"))).start()
     empty = tmp_path / "empty.gguf"
     empty.write_bytes(b"")
-    with pytest.raises(EngineError, match="empty"):
+    with pytest.raises(ModelFileError, match="empty"):
         LocalEngine(LoadOptions(model_path=str(empty))).start()

@@ -1,4 +1,4 @@
-"""`chatapp inspect|fit|models|quantize|compare`: print, return an exit code, raise EngineError."""
+"""`chatapp inspect|fit|models|quantize|compare`: print, return an exit code, raise ChatappError."""
 
 from __future__ import annotations
 

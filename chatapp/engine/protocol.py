@@ -8,12 +8,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from chatapp.errors import ChatappError
 from chatapp.metrics import GenerationStats
 from chatapp.sampling import SamplerSettings
 
 
-class EngineError(Exception):
-    """A problem the user can act on (bad file, full context, dead server); str() is a sentence."""
+class EngineError(ChatappError):
+    """A problem of the engine the user can act on (a load that failed, a full context, a dead
+    server); str() is a sentence. A file that is not a usable model is a ModelFileError."""
 
 
 class EngineCrashed(EngineError):
@@ -209,7 +211,8 @@ class Engine(Protocol):
         ...
 
     def start(self) -> ModelInfo:
-        """Load the model; raises EngineError with a plain sentence on failure."""
+        """Load the model; raises EngineError (ModelFileError for a bad file) with a plain
+        sentence on failure."""
         ...
 
     def generate(self, request: GenerateRequest) -> Iterator[Event]:

@@ -13,6 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from chatapp.errors import ChatappError
 from chatapp.metrics import GenerationStats
 from chatapp.sampling import SamplerSettings, SettingsError
 
@@ -20,7 +21,7 @@ HEADER_BYTES = 1 << 20
 """model_fingerprint hashes this much of the file: the GGUF header and metadata, not weights."""
 
 
-class StoreError(Exception):
+class StoreError(ChatappError):
     """A history problem the user can act on; str() is one sentence."""
 
 

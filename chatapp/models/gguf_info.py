@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from chatapp.engine.protocol import EngineError
+from chatapp.errors import ModelFileError
 from chatapp.models.gguf_tables import FILE_TYPES, GGML_TYPES, KNOWN_ARCHITECTURES
 
 GGUF_MAGIC = b"GGUF"
@@ -119,8 +119,8 @@ class _Cursor:
         self.path, self.fh, self.size, self.pos = path, fh, size, 0
         self.buf = bytearray()
 
-    def bad(self, reason: str) -> EngineError:
-        return EngineError(f"{self.path} is not a valid GGUF file: {reason}")
+    def bad(self, reason: str) -> ModelFileError:
+        return ModelFileError(f"{self.path} is not a valid GGUF file: {reason}")
 
     def need(self, n: int, what: str) -> None:
         end = self.pos + n
@@ -170,21 +170,21 @@ class _Cursor:
         self.pos = pos
 
 
-def _open_error(path: str, p: Path) -> EngineError | None:
+def _open_error(path: str, p: Path) -> ModelFileError | None:
     try:
         st = p.stat()
     except FileNotFoundError:
-        return EngineError(f"model file not found: {path}")
+        return ModelFileError(f"model file not found: {path}")
     except PermissionError:
-        return EngineError(f"cannot read {path}: permission denied")
+        return ModelFileError(f"cannot read {path}: permission denied")
     except OSError as exc:
-        return EngineError(f"cannot read {path}: {exc.strerror or exc}")
+        return ModelFileError(f"cannot read {path}: {exc.strerror or exc}")
     if stat.S_ISDIR(st.st_mode):
-        return EngineError(f"{path} is a directory, not a GGUF model file")
+        return ModelFileError(f"{path} is a directory, not a GGUF model file")
     if not stat.S_ISREG(st.st_mode):
-        return EngineError(f"{path} is not a regular file, so it cannot be a GGUF model file")
+        return ModelFileError(f"{path} is not a regular file, so it cannot be a GGUF model file")
     if st.st_size == 0:
-        return EngineError(f"{path} is not a GGUF model file (it is empty)")
+        return ModelFileError(f"{path} is not a GGUF model file (it is empty)")
     return None
 
 
@@ -205,7 +205,7 @@ def _magic_hint(head: bytes) -> str:
 
 
 def read_header(path: str | Path) -> Header:
-    """Parse and check a GGUF header; raises EngineError (one sentence) on any problem."""
+    """Parse and check a GGUF header; raises ModelFileError (one sentence) on any problem."""
     p = Path(path)
     name = str(path)
     err = _open_error(name, p)
@@ -216,12 +216,14 @@ def read_header(path: str | Path) -> Header:
             size = os.fstat(fh.fileno()).st_size
             head = fh.read(64)
             if head[:4] != GGUF_MAGIC:
-                raise EngineError(f"{name} is not a GGUF model file ({_magic_hint(head)})")
+                raise ModelFileError(f"{name} is not a GGUF model file ({_magic_hint(head)})")
             return _parse(name, fh, size)
     except PermissionError as exc:
-        raise EngineError(f"cannot read {name}: permission denied") from exc
+        raise ModelFileError(f"cannot read {name}: permission denied") from exc
     except OSError as exc:  # an I/O error while reading
-        raise EngineError(f"cannot read {name}: {getattr(exc, 'strerror', None) or exc}") from exc
+        raise ModelFileError(
+            f"cannot read {name}: {getattr(exc, 'strerror', None) or exc}"
+        ) from exc
 
 
 def _parse(path: str, fh, size: int) -> Header:
@@ -267,7 +269,7 @@ def _parse(path: str, fh, size: int) -> Header:
             raise c.bad(f"tensor '{tname}' has data offset {rel:,}, expected {expected:,}")
         end = data_offset + rel + nbytes
         if end > size:
-            raise EngineError(
+            raise ModelFileError(
                 f"{path} is truncated (an incomplete download?): tensor '{tname}' needs data "
                 f"up to byte {end:,} but the file has only {size:,} bytes"
             )
@@ -405,5 +407,5 @@ def card_from_header(h: Header) -> ModelCard:
 
 
 def inspect(path: str | Path) -> ModelCard:
-    """Read a GGUF file's header into a ModelCard (raises EngineError on an invalid file)."""
+    """Read a GGUF file's header into a ModelCard (raises ModelFileError on an invalid file)."""
     return card_from_header(read_header(path))

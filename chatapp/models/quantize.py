@@ -13,6 +13,7 @@ from pathlib import Path
 from chatapp import paths
 from chatapp.engine.local.engine import real_std_streams
 from chatapp.engine.protocol import EngineError
+from chatapp.errors import ModelFileError
 from chatapp.models.gguf_info import inspect
 
 # Target name -> llama_cpp LLAMA_FTYPE_MOSTLY_* suffix. IQ1/IQ2/IQ3_XXS/Q2_K_S are left out:
@@ -111,19 +112,20 @@ def quantize(
     nthread: int | None = None,
     timeout: float = TIMEOUT_S,
 ) -> QuantizeResult:
-    """Write a `qtype` copy of `src` (EngineError with one sentence when it cannot)."""
+    """Write a `qtype` copy of `src`; one sentence when it cannot: ModelFileError for the source
+    or the place of the copy, EngineError when llama.cpp fails."""
     qtype = normalize_type(qtype)
     src_path = Path(src)
     card = inspect(src_path)  # validates the header first
     dst = output_path(src_path, qtype, out_dir)
     if dst.resolve() == src_path.resolve():
-        raise EngineError(f"{dst} would overwrite the source; choose another --out folder")
+        raise ModelFileError(f"{dst} would overwrite the source; choose another --out folder")
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise EngineError(f"cannot create {dst.parent}: {exc.strerror or exc}") from exc
+        raise ModelFileError(f"cannot create {dst.parent}: {exc.strerror or exc}") from exc
     if not os.access(dst.parent, os.W_OK):
-        raise EngineError(f"cannot write to {dst.parent}: permission denied")
+        raise ModelFileError(f"cannot write to {dst.parent}: permission denied")
     part = dst.with_name(dst.name + ".part")
     log = paths.log_dir() / "quantize.log"
     start = log.stat().st_size if log.exists() else 0

@@ -28,6 +28,7 @@ from chatapp.engine.protocol import (
     PromptEvaluated,
     Token,
 )
+from chatapp.errors import ChatappError
 from chatapp.sampling import SamplerSettings
 from chatapp.ui import themes
 from chatapp.ui.actions import ChatActions
@@ -248,7 +249,7 @@ class ChatApp(ChatActions, App):
         except EngineCrashed as exc:
             self.post_message(EngineFailed(str(exc), exc.log_tail, crashed=True))
             return
-        except EngineError as exc:
+        except ChatappError as exc:  # EngineError, or a ModelFileError from the file check
             self.post_message(EngineFailed(str(exc)))
             return
         except Exception as exc:  # noqa: BLE001 - shown to the user, app keeps running

@@ -8,6 +8,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from chatapp.engine.protocol import ChatMessage, LoadOptions
+from chatapp.errors import ChatappError
 from chatapp.metrics import median
 from chatapp.sampling import SamplerSettings
 
@@ -15,7 +16,7 @@ PROMPT = "Write a long story about a lighthouse keeper and the sea."
 FILLER = "A earlier message with **some Markdown**, a list:\n\n- one\n- two\n\nand `code`."
 
 
-class BenchError(Exception):
+class BenchError(ChatappError):
     """The benchmark could not run (the model did not load)."""
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from textual.theme import Theme
 
 from chatapp import paths
+from chatapp.errors import ChatappError
 
 PACKAGE_THEMES = Path(__file__).resolve().parent.parent / "themes"
 DEFAULT_THEME = "chatapp-dark"
@@ -37,7 +38,7 @@ _FIELDS = (
 )
 
 
-class ThemeFileError(ValueError):
+class ThemeFileError(ChatappError):
     """A theme file that cannot be used; str() names the file and the reason."""
 
 

@@ -41,7 +41,7 @@ def check_model_file(path: str) -> None:
 
     The same checks and words as `chatapp inspect` (gguf_info.validate): a missing file, a
     directory, a FIFO (never opened: that would block), an HTML page from a failed download, a
-    bad header; each one sentence naming the file.
+    bad header; each a ModelFileError, one sentence naming the file.
     """
     from chatapp.models.gguf_info import validate
 
@@ -71,7 +71,8 @@ class LocalEngine:
     # ---- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> ModelInfo:
-        """Spawn a worker and load the model; raises EngineError naming the file and reason.
+        """Spawn a worker and load the model; raises EngineError naming the file and reason
+        (ModelFileError when the file is plainly not a model, before any worker).
 
         Every path that loads a model comes here, so all of them get the same recoveries: a
         load with GPU layers that fails steps down (halving to the CPU, remembered per file),

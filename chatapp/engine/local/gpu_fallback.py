@@ -7,6 +7,7 @@ from pathlib import Path
 
 from chatapp import paths
 from chatapp.engine.protocol import EngineError, LoadOptions
+from chatapp.errors import ModelFileError
 
 MEMORY_FILE = "gpu-layers.json"
 
@@ -63,7 +64,7 @@ def steps_for(options: LoadOptions) -> list[int]:
 
     try:
         n_layers = inspect(options.model_path).n_layers or 0
-    except EngineError:
+    except ModelFileError:
         return [requested]  # the load itself reports the bad file
     return layer_steps(requested, n_layers)
 

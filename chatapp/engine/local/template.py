@@ -9,6 +9,7 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from chatapp.engine.protocol import ChatMessage
+from chatapp.errors import ChatappError
 
 # For models without a template (base models such as gemma3 270M): plain role-labelled text.
 FALLBACK_TEMPLATE = (
@@ -22,7 +23,7 @@ FALLBACK_TEMPLATE = (
 FALLBACK_STOPS = ("\nUser:",)
 
 
-class TemplateError(Exception):
+class TemplateError(ChatappError):
     """The model's chat template could not be rendered."""
 
 

@@ -21,7 +21,7 @@ from textual.widgets.selection_list import Selection
 from textual.worker import Worker, WorkerState
 
 from chatapp import paths
-from chatapp.engine.protocol import EngineError
+from chatapp.errors import ChatappError
 from chatapp.models import compare, quantize
 from chatapp.models.discovery import ModelEntry, discover, entry
 from chatapp.ui.widgets.compare_view import CompareTable, RepliesView, bars_markup
@@ -186,7 +186,7 @@ class CompareScreen(ModalScreen[None]):
     def _quantize(self, src: str, qtype: str) -> None:
         try:
             result = quantize.quantize(src, qtype, self.quantize_dir, nthread=self.n_threads)
-        except EngineError as exc:
+        except ChatappError as exc:
             self.post_message(self.Quantized(qtype, None, str(exc)))
             return
         self.post_message(self.Quantized(qtype, result))
@@ -203,7 +203,7 @@ class CompareScreen(ModalScreen[None]):
                 progress=lambda line: self.post_message(self.Progress(line)),
                 **kwargs,
             )
-        except EngineError as exc:
+        except ChatappError as exc:
             self.post_message(self.Done(None, str(exc)))
             return
         except Exception as exc:  # noqa: BLE001 - shown on the screen, which stays usable

@@ -16,7 +16,8 @@ from textual.screen import ModalScreen
 from textual.validation import Integer
 from textual.widgets import Button, DataTable, Input, Label, Static
 
-from chatapp.engine.protocol import EngineError, LoadOptions
+from chatapp.engine.protocol import LoadOptions
+from chatapp.errors import ModelFileError
 from chatapp.models import fit
 from chatapp.models.discovery import ModelEntry, discover
 from chatapp.models.gguf_info import ModelCard, card_from_header, read_header
@@ -40,7 +41,7 @@ def read_model(path: str) -> Picked:
     """Card and memory shape of one file from its header (never raises)."""
     try:
         header = read_header(path)
-    except EngineError as exc:
+    except ModelFileError as exc:
         return Picked(path, error=str(exc))
     return Picked(path, card_from_header(header), fit.shape_from_header(header))
 
@@ -171,7 +172,7 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
     def _discover(self) -> None:
         try:
             self.post_message(self.Discovered(discover(self.dirs)))
-        except EngineError as exc:
+        except ModelFileError as exc:
             self.post_message(self.Discovered(discover(), str(exc)))
 
     @work(thread=True, exclusive=True, group="models-machine", exit_on_error=False)
