@@ -5,9 +5,9 @@ from __future__ import annotations
 from scripted_engine import ScriptedEngine
 from test_ui import SIZE, send, wait_until
 
+from chatapp.chat.recorder import ChatHistory
 from chatapp.history.store import Store
 from chatapp.ui.app import ChatApp
-from chatapp.chat.recorder import ChatHistory
 from chatapp.ui.screens.conversations import ConversationsScreen
 
 

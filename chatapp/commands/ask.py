@@ -6,13 +6,12 @@ import json
 import sys
 from pathlib import Path
 
+from chatapp.chat.session import ChatSession
 from chatapp.engine.factory import make_engine
 from chatapp.engine.protocol import (
-    ChatMessage,
     Engine,
     Failed,
     Finished,
-    GenerateRequest,
     LoadOptions,
     Notice,
     Token,
@@ -64,20 +63,16 @@ def run_ask(
     server: str | None = None,
     remote: dict | None = None,
 ) -> int:
-    messages = []
-    if system:
-        messages.append(ChatMessage("system", system))
-    messages.append(ChatMessage("user", prompt))
-    request = GenerateRequest(
-        messages=tuple(messages), settings=settings, stop=tuple(stop), top_n=top_n
-    )
     engine = started_engine(options, server, **(remote or {}))
+    session = ChatSession(settings=settings, system_prompt=system or "", top_n=top_n)
+    session.stop = tuple(stop)
+    session.attach(engine, engine.info)
     tokens: list[Token] = []
     finished: Finished | None = None
     failed: Failed | None = None
     out = sys.stdout
     try:
-        for event in engine.generate(request):
+        for event in session.send(prompt):
             if isinstance(event, Token):
                 tokens.append(event)
                 if not as_json:

@@ -154,6 +154,10 @@ class ChatApp(ChatActions, App):
     def history(self) -> ChatHistory:
         return self.session.history
 
+    @history.setter
+    def history(self, history: ChatHistory) -> None:
+        self.session.history = history
+
     @property
     def info(self) -> ModelInfo | None:
         return self.session.info
