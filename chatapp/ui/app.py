@@ -15,6 +15,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 
 from chatapp.chat.context import fit_messages
+from chatapp.config import Config
 from chatapp.engine.local.machine import physical_cores
 from chatapp.engine.protocol import (
     ChatMessage,
@@ -99,8 +100,10 @@ class ChatApp(ChatActions, App):
         history: ChatHistory | None = None,
         options: LoadOptions | None = None,
         startup_notes: Iterable[str] = (),
+        config: Config | None = None,
     ) -> None:
         super().__init__()
+        self.config = config or Config()  # its presets, model_dirs and [keys] are used here
         self.history = history or ChatHistory(None, self._warn)
         self.options = options
         self.startup_notes = list(startup_notes)
@@ -149,12 +152,15 @@ class ChatApp(ChatActions, App):
                             yield ProbPanel(id="probs")
                     with TabPane("Tokens", id="tab-tokens"):
                         yield TokenPanel(id="tokens")
-                sampler = SamplerPanel(self.settings, id="sampler")
+                sampler = SamplerPanel(
+                    self.settings, presets=self.config.all_presets(), id="sampler"
+                )
                 sampler.border_title = "Sampler (live)"
                 yield sampler
         yield Footer()
 
     def on_mount(self) -> None:
+        self.set_keymap(self.config.keymap)  # [keys]: binding id -> key
         self._register_themes()
         self.sub_title = self.model_label
         self.query_one("#probs", ProbPanel).settings = self.settings
@@ -605,7 +611,7 @@ class ChatApp(ChatActions, App):
             yield SystemCommand(
                 b.description, f"{b.description} ({b.key})", lambda a=action: self.run_action(a)
             )
-        for name in ("greedy", "precise", "balanced", "creative"):
+        for name in self.sampler.presets:
             yield SystemCommand(
                 f"Preset: {name}",
                 f"Sampler preset {name}",
