@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -11,7 +12,7 @@ import typer
 
 from chatapp.engine.protocol import LoadOptions
 from chatapp.errors import ChatappError, UsageError
-from chatapp.sampling import BOUNDS
+from chatapp.sampling import BOUNDS, SamplerSettings
 
 app = typer.Typer(
     name="chatapp",
@@ -25,12 +26,28 @@ app = typer.Typer(
 ModelOpt = Annotated[
     Path | None, typer.Option("--model", "-m", help="GGUF file (default: the bundled SmolLM2)")
 ]
-CtxOpt = Annotated[int, typer.Option("--ctx", min=16, help="context size in tokens")]
-NglOpt = Annotated[int, typer.Option("--ngl", min=-1, help="layers on the GPU (-1 = all)")]
-ThreadsOpt = Annotated[
-    int | None, typer.Option("--threads", min=1, help="CPU threads (default: all cores)")
+# Options default to None ("not given"): load_options / sampler_settings fill them in from
+# config.toml, else from LoadOptions' / SamplerSettings' own defaults.
+CtxOpt = Annotated[
+    int | None, typer.Option("--ctx", min=16, help="context size in tokens (default: config)")
 ]
-BatchOpt = Annotated[int, typer.Option("--batch", min=1, help="prompt batch size")]
+NglOpt = Annotated[
+    int | None,
+    typer.Option("--ngl", min=-1, help="layers on the GPU (-1 = all; default: config)"),
+]
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option("--threads", min=1, help="CPU threads (default: config, else tuned, else all)"),
+]
+ServerOpt = Annotated[
+    str | None,
+    typer.Option(help="OpenAI-compatible server: a URL, or a NAME from [servers.NAME]"),
+]
+ApiKeyEnvOpt = Annotated[
+    str | None, typer.Option(help="environment variable holding the server's API key")
+]
+ModelNameOpt = Annotated[str | None, typer.Option(help="model name on the server")]
+BatchOpt = Annotated[int | None, typer.Option("--batch", min=1, help="prompt batch size")]
 FlashOpt = Annotated[
     bool | None,
     typer.Option(
@@ -58,27 +75,89 @@ def load_options(
     ctx: int | None = None,
     ngl: int | None = None,
     threads: int | None = None,
-    batch: int = 512,
+    batch: int | None = None,
     flash_attn: bool | None = None,
     repack: bool | None = None,
     config=None,
+    *,
+    find_model: bool = True,
 ) -> LoadOptions:
-    """LoadOptions from the command line; what is not given comes from config.toml."""
+    """How every command loads a model: what is given here (None = not given), else
+    config.toml, else LoadOptions' own defaults. With find_model=False (a server, compare) the
+    model path is left as given instead of falling back to config's, then the bundled, model."""
     from chatapp.commands.ask import resolve_model
     from chatapp.config import Config
 
     config = config or Config()
-    if model is None and config.default_model:
-        model = Path(config.default_model).expanduser()
-    ctx = ctx or config.n_ctx
-    return LoadOptions(
-        model_path=resolve_model(model),
-        n_ctx=ctx,
-        n_gpu_layers=config.n_gpu_layers if ngl is None else ngl,
-        n_threads=threads or config.threads,
-        n_batch=min(batch, ctx),
-        flash_attn=config.flash_attn if flash_attn is None else flash_attn,
-        repack=config.repack if repack is None else repack,
+    if not find_model:
+        path = str(model or "")
+    else:
+        if model is None and config.default_model:
+            model = Path(config.default_model).expanduser()
+        path = resolve_model(model)
+    given = {
+        "n_ctx": ctx or config.n_ctx,
+        "n_gpu_layers": config.n_gpu_layers if ngl is None else ngl,
+        "n_threads": threads or config.threads,
+        "n_batch": batch,
+        "flash_attn": config.flash_attn if flash_attn is None else flash_attn,
+        "repack": config.repack if repack is None else repack,
+    }
+    options = LoadOptions(model_path=path, **{k: v for k, v in given.items() if v is not None})
+    return replace(options, n_batch=min(options.n_batch, options.n_ctx))
+
+
+def sampler_settings(config=None, **given: object) -> SamplerSettings:
+    """Sampler settings: the options given (None = not given), else config's [sampler], else
+    SamplerSettings' defaults."""
+    from chatapp.config import Config
+
+    base = (config or Config()).sampler
+    return base.with_(**{k: v for k, v in given.items() if v is not None})
+
+
+def read_config():
+    """config.toml as a Config; each problem is one warning line on stderr."""
+    from chatapp.config import load_config
+
+    config, problems = load_config()
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    return config
+
+
+def _looks_like_url(text: str) -> bool:
+    return any(c in text for c in ":/.")
+
+
+def resolve_server(
+    server: str | None, api_key_env: str | None, model_name: str | None, config
+) -> tuple[str | None, dict]:
+    """--server as a URL and the remote engine's options: a [servers.NAME] name expands to its
+    url, api_key_env and model_name (options given on the command line win); anything that
+    looks like an address is used as it is; any other bare word is an error naming the
+    configured servers."""
+    remote = {"api_key_env": api_key_env, "model_name": model_name}
+    if server is None:
+        return None, remote
+    named = config.servers.get(server.strip())
+    if named is not None:
+        remote = {
+            "api_key_env": api_key_env or named.api_key_env,
+            "model_name": model_name or named.model_name,
+        }
+        return named.url, remote
+    if _looks_like_url(server):
+        return server, remote
+    names = ", ".join(sorted(config.servers))
+    known = (
+        f"configured servers: {names}"
+        if names
+        else "no servers are configured ([servers.NAME] in config.toml)"
+    )
+    raise UsageError(
+        f"unknown server {server!r}: give a URL such as http://127.0.0.1:8080 or a name "
+        f"from config.toml ({known})"
     )
 
 
@@ -91,7 +170,7 @@ def root(ctx: typer.Context) -> None:
             ctx=None,
             ngl=None,
             threads=None,
-            batch=512,
+            batch=None,
             flash_attn=None,
             repack=None,
             server=None,
@@ -105,32 +184,27 @@ def chat(
     model: Annotated[
         Path | None, typer.Argument(help="GGUF file (default: config, else bundled)")
     ] = None,
-    ctx: Annotated[int | None, typer.Option("--ctx", min=16, help="context size in tokens")] = None,
-    ngl: Annotated[
-        int | None, typer.Option("--ngl", min=-1, help="layers on the GPU (-1 = all)")
-    ] = None,
+    ctx: CtxOpt = None,
+    ngl: NglOpt = None,
     threads: ThreadsOpt = None,
-    batch: BatchOpt = 512,
+    batch: BatchOpt = None,
     flash_attn: FlashOpt = None,
     repack: RepackOpt = None,
-    server: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
-    api_key_env: Annotated[
-        str | None, typer.Option(help="environment variable holding the server's API key")
-    ] = None,
-    model_name: Annotated[str | None, typer.Option(help="model name on the server")] = None,
+    server: ServerOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
+    model_name: ModelNameOpt = None,
 ) -> None:
     """Open the chat TUI (settings not given here come from config.toml)."""
     from chatapp.config import load_config
 
     config, problems = load_config()
-    if server is None:
-        options = load_options(model, ctx, ngl, threads, batch, flash_attn, repack, config)
-    else:
-        options = LoadOptions(model_path=str(model or ""), n_ctx=ctx or config.n_ctx)
+    url, remote = resolve_server(server, api_key_env, model_name, config)
+    options = load_options(
+        model, ctx, ngl, threads, batch, flash_attn, repack, config, find_model=url is None
+    )
     from chatapp.ui.app import run_chat_app  # the UI is imported only here
 
-    remote = {"api_key_env": api_key_env, "model_name": model_name}
-    run_chat_app(options, server=server, remote=remote, config=config, problems=problems)
+    run_chat_app(options, server=url, remote=remote, config=config, problems=problems)
 
 
 @app.command()
@@ -148,43 +222,34 @@ def ask(
     ] = None,
     seed: Annotated[int | None, typer.Option(help=_bound_help("seed"))] = None,
     stop: Annotated[list[str] | None, typer.Option(help="stop string (repeatable)")] = None,
-    ctx: Annotated[int | None, typer.Option("--ctx", min=16, help="context size in tokens")] = None,
-    ngl: Annotated[
-        int | None, typer.Option("--ngl", min=-1, help="layers on the GPU (-1 = all)")
-    ] = None,
+    ctx: CtxOpt = None,
+    ngl: NglOpt = None,
     threads: ThreadsOpt = None,
     flash_attn: FlashOpt = None,
     repack: RepackOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
-    server: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
-    api_key_env: Annotated[
-        str | None, typer.Option(help="environment variable holding the server's API key")
-    ] = None,
-    model_name: Annotated[str | None, typer.Option(help="model name on the server")] = None,
+    server: ServerOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
+    model_name: ModelNameOpt = None,
 ) -> None:
     """Stream one reply to stdout, then a stats line to stderr (defaults from config.toml)."""
     from chatapp.commands.ask import run_ask
-    from chatapp.config import load_config
 
-    config, problems = load_config()
-    for problem in problems:
-        print(f"warning: {problem}", file=sys.stderr)
-    given = {
-        "temperature": temperature,
-        "top_p": top_p,
-        "top_k": top_k,
-        "min_p": min_p,
-        "repeat_penalty": repeat_penalty,
-        "max_tokens": max_tokens,
-        "seed": seed,
-    }
-    settings = config.sampler.with_(**{k: v for k, v in given.items() if v is not None})
-    if server:
-        options = LoadOptions(model_path=str(model or ""), n_ctx=ctx or config.n_ctx)
-        remote = {"api_key_env": api_key_env, "model_name": model_name}
-    else:
-        options = load_options(model, ctx, ngl, threads, 512, flash_attn, repack, config)
-        remote = None
+    config = read_config()
+    settings = sampler_settings(
+        config,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        min_p=min_p,
+        repeat_penalty=repeat_penalty,
+        max_tokens=max_tokens,
+        seed=seed,
+    )
+    url, remote = resolve_server(server, api_key_env, model_name, config)
+    options = load_options(
+        model, ctx, ngl, threads, None, flash_attn, repack, config, find_model=url is None
+    )
     code = run_ask(
         prompt,
         options,
@@ -192,8 +257,8 @@ def ask(
         system=system,
         stop=stop or [],
         as_json=as_json,
-        server=server,
-        remote=remote,
+        server=url,
+        remote=remote if url else None,
     )
     raise typer.Exit(code)
 
@@ -226,8 +291,9 @@ def bench(
         ),
     ] = 256,
     reps: Annotated[int, typer.Option(min=1, help="repetitions (alternating)")] = 3,
+    ctx: CtxOpt = None,
     threads: ThreadsOpt = None,
-    ngl: NglOpt = -1,
+    ngl: NglOpt = None,
     llama_bench: Annotated[
         Path | None, typer.Option("--llama-bench", help="path of llama.cpp's llama-bench")
     ] = None,
@@ -243,7 +309,12 @@ def bench(
     repack: RepackOpt = None,
 ) -> None:
     """Decode and prefill speed of the engine vs llama-cpp-python (and llama-bench)."""
-    options = load_options(model, 2048, ngl, threads, flash_attn=flash_attn, repack=repack)
+    options = load_options(model, ctx, ngl, threads, None, flash_attn, repack, read_config())
+    if prompt_tokens + tokens > options.n_ctx:
+        raise UsageError(
+            f"--depth {prompt_tokens} + --tokens {tokens} do not fit in a context of "
+            f"{options.n_ctx} tokens: give a larger --ctx (or n_ctx in config.toml)"
+        )
     if terminal:
         from chatapp.ui.terminal_bench import print_terminal_bench
 
@@ -269,10 +340,10 @@ def bench(
 @app.command()
 def tune(
     model: Annotated[Path | None, typer.Argument(help="GGUF file (default: bundled)")] = None,
-    ctx: Annotated[int | None, typer.Option("--ctx", min=64, help="context size in tokens")] = None,
-    ngl: Annotated[
-        int | None, typer.Option("--ngl", min=-1, help="layers on the GPU (-1 = all)")
+    ctx: Annotated[
+        int | None, typer.Option("--ctx", min=64, help="context size in tokens (default: config)")
     ] = None,
+    ngl: NglOpt = None,
     tokens: Annotated[int, typer.Option(min=4, help="tokens decoded at each depth")] = 32,
     depth: Annotated[
         list[int] | None,
@@ -282,10 +353,8 @@ def tune(
 ) -> None:
     """Measure threads x flash attention x repack here; save the best for this file."""
     from chatapp.commands.tune import run_tune
-    from chatapp.config import load_config
 
-    config, _ = load_config()
-    options = load_options(model, ctx, ngl, None, config=config)
+    options = load_options(model, ctx, ngl, config=read_config())
     raise typer.Exit(run_tune(options, tokens, tuple(depth or (0, 512, 2048)), as_json))
 
 
@@ -297,20 +366,21 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout")]
 @app.command("inspect")
 def inspect_model(
     model: Annotated[Path, typer.Argument(help="GGUF file")],
-    ctx: CtxOpt = 4096,
+    ctx: CtxOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show a GGUF file's model card (read from its header) and its memory needs."""
     from chatapp.commands.models import inspect_cmd
 
-    raise typer.Exit(inspect_cmd(model, ctx, as_json))
+    options = load_options(model, ctx, config=read_config(), find_model=False)
+    raise typer.Exit(inspect_cmd(model, options.n_ctx, as_json))
 
 
 @app.command()
 def fit(
     model: Annotated[Path | None, typer.Argument(help="GGUF file (default: bundled)")] = None,
-    ctx: CtxOpt = 4096,
-    ngl: NglOpt = -1,
+    ctx: CtxOpt = None,
+    ngl: NglOpt = None,
     params: Annotated[
         float | None,
         typer.Option("--params", help="what-if: a model of this many billion parameters"),
@@ -324,7 +394,8 @@ def fit(
     """Will a model fit here (weights + KV cache + compute buffer)? Or a what-if table."""
     from chatapp.commands.models import fit_cmd
 
-    raise typer.Exit(fit_cmd(model, ctx, ngl, params, memory, as_json))
+    options = load_options(model, ctx, ngl, config=read_config(), find_model=False)
+    raise typer.Exit(fit_cmd(model, options.n_ctx, options.n_gpu_layers, params, memory, as_json))
 
 
 @app.command()
@@ -334,10 +405,11 @@ def models(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List GGUF files: the bundled ones, the cache, and the given folders."""
+    """List GGUF files: the bundled ones, the cache, the given folders and config's model_dirs."""
     from chatapp.commands.models import models_cmd
 
-    raise typer.Exit(models_cmd(dirs or [], as_json))
+    config = read_config()
+    raise typer.Exit(models_cmd(dirs or [], as_json, config_dirs=config.model_dirs))
 
 
 @app.command()
@@ -365,6 +437,9 @@ def compare(
         Path | None, typer.Option(help="reference for quality (default: the largest file)")
     ] = None,
     threads: ThreadsOpt = None,
+    ngl: NglOpt = None,
+    flash_attn: FlashOpt = None,
+    repack: RepackOpt = None,
     as_json: JsonOpt = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="CSV on stdout")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="a Markdown table")] = False,
@@ -375,7 +450,10 @@ def compare(
     if as_json + as_csv + markdown > 1:
         raise UsageError("choose one of --json, --csv and --markdown")
     fmt = "json" if as_json else "csv" if as_csv else "markdown" if markdown else "table"
-    raise typer.Exit(compare_cmd(files, prompt, tokens, reference, fmt, threads))
+    options = load_options(
+        None, None, ngl, threads, None, flash_attn, repack, read_config(), find_model=False
+    )
+    raise typer.Exit(compare_cmd(files, prompt, tokens, reference, fmt, options=options))
 
 
 # ---- history and config sub-commands -------------------------------------------------------

@@ -41,7 +41,7 @@ class Config:
     default_model: str | None = None
     """GGUF file opened when none is given (default: the bundled SmolLM2)."""
     model_dirs: tuple[str, ...] = ()
-    """Directories scanned for *.gguf files by the model picker."""
+    """Directories searched for *.gguf files by `chatapp models` and the model picker."""
     n_ctx: int = 4096
     """Context size in tokens."""
     n_gpu_layers: int = -1
@@ -63,7 +63,8 @@ class Config:
     presets: dict[str, SamplerSettings] = field(default_factory=dict)
     """User presets from [presets.NAME] tables (fields left out take the built-in defaults)."""
     keymap: dict[str, str] = field(default_factory=dict)
-    """[keys] table: action name -> key (Textual key syntax, e.g. "ctrl+q" or "f1,ctrl+h")."""
+    """[keys] table: key binding id (as the F1 help lists them, e.g. "chat.regenerate") -> key
+    (Textual key syntax, e.g. "ctrl+g" or "f1,ctrl+h")."""
     servers: dict[str, ServerConfig] = field(default_factory=dict)
     """Named servers from [servers.NAME] tables."""
 
@@ -111,6 +112,18 @@ def _flag(value: Any) -> bool:
 
 def _threads(value: Any) -> int | None:
     return _whole(0, 1024)(value) or None
+
+
+def _dotted(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A table with its sub-tables flattened: TOML reads `chat.new = "x"` as {"chat": {"new":
+    "x"}}, and a binding id such as chat.new is meant."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict) and value:
+            flat.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 class _Loader:
@@ -211,7 +224,7 @@ class _Loader:
             else:
                 self.problem(f"presets.{name} must be a table ([presets.{name}])")
         keymap = {}
-        for action, key in self.table(data, "keys").items():
+        for action, key in _dotted(self.table(data, "keys")).items():
             if isinstance(key, str) and key.strip():
                 keymap[action] = key.strip()
             else:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from chatapp.engine.protocol import EngineError
+from chatapp.engine.protocol import EngineError, LoadOptions
 from chatapp.models import fit
 from chatapp.models.gguf_info import card_from_header, read_header
 from chatapp.models.model_card import card_rows
@@ -101,11 +101,16 @@ def fit_cmd(
     return 0
 
 
-def models_cmd(dirs: Sequence[str | Path] = (), as_json: bool = False) -> int:
-    """List GGUF files: bundled, cached, and in the given folders."""
-    from chatapp.models.discovery import discover, format_entries
+def models_cmd(
+    dirs: Sequence[str | Path] = (), as_json: bool = False, config_dirs: Sequence[str | Path] = ()
+) -> int:
+    """List GGUF files: bundled, cached, in the given folders and in config's model_dirs (a
+    missing one of those is a warning, a missing given folder an error)."""
+    from chatapp.models.discovery import discover, format_entries, missing_dirs
 
-    entries = discover(dirs)
+    for problem in missing_dirs(config_dirs):
+        print(f"warning: model_dirs: {problem}", file=sys.stderr)
+    entries = discover(dirs, config_dirs=config_dirs)
     if as_json:
         print(json.dumps([e.to_dict() for e in entries], indent=2))
     else:
@@ -137,8 +142,12 @@ def compare_cmd(
     reference: str | Path | None = None,
     fmt: str = "table",
     threads: int | None = None,
+    options: LoadOptions | None = None,
 ) -> int:
-    """Run each file with the same greedy prompt; speed, memory and quality vs a reference."""
+    """Run each file with the same greedy prompt; speed, memory and quality vs a reference.
+
+    `options` gives the GPU layers, threads, flash attention and repack of every run (the model
+    path and context size are compare's own); `threads` overrides its threads."""
     from chatapp.models import compare
 
     if fmt not in COMPARE_FORMATS:
@@ -153,6 +162,7 @@ def compare_cmd(
         tokens=tokens,
         reference=reference,
         n_threads=threads,
+        options=options,
         progress=lambda msg: print(msg, file=sys.stderr, flush=True),
     )
     render = {

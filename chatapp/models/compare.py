@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -216,12 +215,16 @@ def compare(
     tokens: int = DEFAULT_TOKENS,
     reference: str | Path | None = None,
     n_threads: int | None = None,
+    options: LoadOptions | None = None,
     seed: int = SEED,
     save: bool = True,
     make_engine: Callable[[LoadOptions], object] = _local_engine,
     progress: Callable[[str], None] | None = None,
 ) -> CompareResult:
-    """Run every file with the same prompt and greedy settings, one engine at a time."""
+    """Run every file with the same prompt and greedy settings, one engine at a time.
+
+    Each run loads with `options` (default: CPU only), its own context size, and `n_threads`
+    when given."""
     t0 = time.perf_counter()
     paths_ = list(dict.fromkeys(str(f) for f in files))
     if reference is not None:
@@ -233,9 +236,10 @@ def compare(
     sizes = {p: inspect(p).file_size for p in paths_}  # validates every file first
     if reference is None:
         ref_path = max(paths_, key=lambda p: sizes[p])
-    threads = n_threads or os.cpu_count() or 1
+    base = options or LoadOptions(model_path=ref_path, n_gpu_layers=0)
+    threads = n_threads or base.threads
     n_ctx = max(1024, len(prompt.encode()) + tokens + 128)  # a token is at least one byte
-    opts = LoadOptions(model_path=ref_path, n_ctx=n_ctx, n_gpu_layers=0, n_threads=threads)
+    opts = replace(base, model_path=ref_path, n_ctx=n_ctx, n_threads=threads)
     settings = SamplerSettings(
         temperature=0.0,
         top_k=1,

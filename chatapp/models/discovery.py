@@ -87,15 +87,32 @@ def bundled_files() -> list[Path]:
     return files
 
 
+def _not_a_folder(folder: Path) -> str:
+    what = "is not a folder" if folder.exists() else "does not exist"
+    return f"cannot list models in {folder}: it {what}"
+
+
+def missing_dirs(dirs: Iterable[str | Path]) -> list[str]:
+    """One line for each of these folders that cannot be searched."""
+    folders = [Path(d).expanduser() for d in dirs]
+    return [_not_a_folder(f) for f in folders if not f.is_dir()]
+
+
 def discover(
-    dirs: Iterable[str | Path] = (), include_cache: bool = True, include_bundled: bool = True
+    dirs: Iterable[str | Path] = (),
+    include_cache: bool = True,
+    include_bundled: bool = True,
+    config_dirs: Iterable[str | Path] = (),
 ) -> list[ModelEntry]:
-    """Every GGUF file found, each once: bundled first, then the cache, then the folders."""
+    """Every GGUF file found, each once: bundled first, then the cache, then the folders.
+
+    A folder in `dirs` that cannot be searched is an error; one in `config_dirs` (config's
+    model_dirs) is skipped (see missing_dirs)."""
     folders = [Path(d).expanduser() for d in dirs]
     for folder in folders:
         if not folder.is_dir():
-            what = "is not a folder" if folder.exists() else "does not exist"
-            raise ModelFileError(f"cannot list models in {folder}: it {what}")
+            raise ModelFileError(_not_a_folder(folder))
+    folders += [f for f in (Path(d).expanduser() for d in config_dirs) if f.is_dir()]
     sources: list[tuple[Path, str]] = []
     if include_bundled:
         sources += [(p, "bundled") for p in bundled_files()]

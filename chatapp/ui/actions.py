@@ -179,7 +179,7 @@ class ChatActions(_Base):
                 self.model_label = Path(options.model_path).name
                 self.switch_model(options)  # the conversation stays
 
-        self.push_screen(ModelPickerScreen(self.options), done)
+        self.push_screen(ModelPickerScreen(self.options, config_dirs=self.config.model_dirs), done)
 
     def action_model_card(self) -> None:
         if self.info is None:

@@ -16,6 +16,7 @@ from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPan
 
 from chatapp.chat.recorder import ChatHistory
 from chatapp.chat.session import ChatSession
+from chatapp.config import Config
 from chatapp.engine.local.machine import physical_cores
 from chatapp.engine.protocol import (
     ChatMessage,
@@ -101,8 +102,10 @@ class ChatApp(ChatActions, App):
         history: ChatHistory | None = None,
         options: LoadOptions | None = None,
         startup_notes: Iterable[str] = (),
+        config: Config | None = None,
     ) -> None:
         super().__init__()
+        self.config = config or Config()  # its presets, model_dirs and [keys] are used here
         history = history or ChatHistory(None, self._warn)
         self.session = ChatSession(history, settings, system_prompt)
         self.options = options
@@ -189,12 +192,15 @@ class ChatApp(ChatActions, App):
                             yield ProbPanel(id="probs")
                     with TabPane("Tokens", id="tab-tokens"):
                         yield TokenPanel(id="tokens")
-                sampler = SamplerPanel(self.settings, id="sampler")
+                sampler = SamplerPanel(
+                    self.settings, presets=self.config.all_presets(), id="sampler"
+                )
                 sampler.border_title = "Sampler (live)"
                 yield sampler
         yield Footer()
 
     def on_mount(self) -> None:
+        self.set_keymap(self.config.keymap)  # [keys]: binding id -> key
         self._register_themes()
         self.sub_title = self.model_label
         self.query_one("#probs", ProbPanel).settings = self.settings
@@ -611,7 +617,7 @@ class ChatApp(ChatActions, App):
             yield SystemCommand(
                 b.description, f"{b.description} ({b.key})", lambda a=action: self.run_action(a)
             )
-        for name in ("greedy", "precise", "balanced", "creative"):
+        for name in self.sampler.presets:
             yield SystemCommand(
                 f"Preset: {name}",
                 f"Sampler preset {name}",

@@ -12,6 +12,21 @@ from chatapp.ui.app import ChatApp
 from chatapp.ui.streaming import WORKER_NICE
 
 
+def binding_ids() -> set[str]:
+    """The ids of chatapp's key bindings: the names the [keys] table may rebind."""
+    from textual.binding import Binding
+    from textual.dom import DOMNode
+
+    ids: set[str] = set()
+    todo = [DOMNode]
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if cls.__module__.startswith("chatapp."):
+            ids.update(b.id for b in cls.BINDINGS if isinstance(b, Binding) and b.id)
+    return ids
+
+
 def build_app(
     options: LoadOptions,
     server: str | None = None,
@@ -28,6 +43,12 @@ def build_app(
 
     label = server or Path(options.model_path).name
     notes = list(problems or [])
+    known = binding_ids()
+    notes += [
+        f"config.toml: keys.{name} is not a key binding id (see F1 for them)"
+        for name in config.keymap
+        if name not in known
+    ]
 
     def remember(name: str) -> None:
         try:
@@ -46,6 +67,7 @@ def build_app(
         remember_theme=remember,
         options=None if server else options,
         startup_notes=notes,
+        config=config,
     )
     history.warn = app._warn
     return app

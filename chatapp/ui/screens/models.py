@@ -113,10 +113,13 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
         current: LoadOptions | None = None,
         dirs: Sequence[str | Path] = (),
         machine: Machine = machine_memory,
+        config_dirs: Sequence[str | Path] = (),
     ) -> None:
         super().__init__()
         self.current = current or LoadOptions(model_path="")
         self.dirs = tuple(dirs)
+        self.config_dirs = tuple(config_dirs)
+        """config.toml's model_dirs: searched too; one that is missing is skipped."""
         self.machine = machine
         self.entries: dict[str, ModelEntry] = {}
         self.picked: Picked | None = None
@@ -171,9 +174,9 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
     @work(thread=True, exclusive=True, group="models-discover", exit_on_error=False)
     def _discover(self) -> None:
         try:
-            self.post_message(self.Discovered(discover(self.dirs)))
+            self.post_message(self.Discovered(discover(self.dirs, config_dirs=self.config_dirs)))
         except ModelFileError as exc:
-            self.post_message(self.Discovered(discover(), str(exc)))
+            self.post_message(self.Discovered(discover(config_dirs=self.config_dirs), str(exc)))
 
     @work(thread=True, exclusive=True, group="models-machine", exit_on_error=False)
     def _measure(self) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
@@ -125,16 +128,26 @@ class SamplerPanel(Vertical):
             super().__init__()
             self.settings = settings
 
-    def __init__(self, settings: SamplerSettings, *, id: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: SamplerSettings,
+        *,
+        presets: Mapping[str, SamplerSettings] | None = None,
+        id: str | None = None,
+    ) -> None:
         super().__init__(id=id)
         self.set_reactive(SamplerPanel.settings, settings)
+        self.presets = dict(PRESETS if presets is None else presets)
+        """The preset buttons, in order: name -> settings (the built-in ones by default)."""
 
     def compose(self) -> ComposeResult:
         for field in SLIDER_FIELDS:
             yield Slider(field, getattr(self.settings, field), id=f"slider-{field}")
         with Horizontal(id="presets"):
-            for name in PRESETS:
-                yield Button(name, id=f"preset-{name}", compact=True)
+            for name in self.presets:
+                # A name that is not a valid widget id (a space, say) gets no id of its own.
+                wid = f"preset-{name}" if re.fullmatch(r"[A-Za-z_][\w-]*", name) else None
+                yield Button(name, id=wid, name=name, classes="preset", compact=True)
         yield Static("", id="sampler-status")
 
     def on_slider_changed(self, message: Slider.Changed) -> None:
@@ -143,13 +156,13 @@ class SamplerPanel(Vertical):
         self.post_message(self.SettingsChanged(self.settings))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        if not event.button.id or not event.button.id.startswith("preset-"):
+        if not event.button.has_class("preset") or event.button.name not in self.presets:
             return
         event.stop()
-        self.apply_preset(event.button.id.removeprefix("preset-"))
+        self.apply_preset(event.button.name)
 
     def apply_preset(self, name: str) -> None:
-        preset = PRESETS[name]
+        preset = self.presets[name]
         # A preset sets how tokens are picked; the reply length and seed stay the user's.
         self.settings = preset.with_(max_tokens=self.settings.max_tokens, seed=self.settings.seed)
         self.sync_sliders()
