@@ -17,7 +17,8 @@ from scripted_engine import ScriptedEngine
 from chatapp import paths
 from chatapp.cli import load_options, resolve_server, sampler_settings
 from chatapp.config import Config, ServerConfig, load_config
-from chatapp.engine.protocol import EngineError, LoadOptions
+from chatapp.engine.protocol import LoadOptions
+from chatapp.errors import UsageError
 from chatapp.models.bundled import smollm2_path
 from chatapp.sampling import PRESETS, SamplerSettings
 from chatapp.ui.app import ChatApp
@@ -133,7 +134,7 @@ def test_unknown_server_name_is_one_error_line_naming_the_configured_ones(comman
     _write_config('[servers.box]\nurl = "http://10.0.0.1:8080"\n[servers.gpu]\nurl = "http://g"\n')
     args = ["ask", "hi"] if command == "ask" else ["chat"]
     r = chatapp(*args, "--server", "nope")
-    assert r.returncode == 1
+    assert r.returncode == 2  # a usage error
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: unknown server 'nope'")
     assert "configured servers: box, gpu" in lines[0]
@@ -151,7 +152,7 @@ def test_resolve_server_options_given_win_over_the_config():
     }
     assert resolve_server("https://x.org/v1", None, None, config)[0] == "https://x.org/v1"
     assert resolve_server(None, None, None, config)[0] is None
-    with pytest.raises(EngineError, match=r"no servers are configured"):
+    with pytest.raises(UsageError, match=r"no servers are configured"):
         resolve_server("box", None, None, Config())
 
 
@@ -236,7 +237,7 @@ def test_ask_takes_its_load_and_sampler_settings_from_the_config():
 def test_bench_takes_n_ctx_from_the_config():
     _write_config("n_ctx = 256\n")
     r = chatapp("bench", "--depth", "200", "--tokens", "100")
-    assert r.returncode == 1
+    assert r.returncode == 2  # a usage error
     assert r.stderr.strip() == (
         "error: --depth 200 + --tokens 100 do not fit in a context of 256 tokens: give a "
         "larger --ctx (or n_ctx in config.toml)"
