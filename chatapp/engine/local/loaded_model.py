@@ -103,6 +103,12 @@ class Worker:
         self.kv_tokens: list[int] = []
         self.replies = 0
         self._pieces: dict[int, bytes] = {}
+        self._special: dict[int, bool] = {}
+        self._special_attrs = (
+            llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
+            | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+            | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
+        )
         self._logit_views: dict[int, np.ndarray] = {}
         self._eog: list[int] | None = None
         meta = self.llama.metadata
@@ -169,9 +175,20 @@ class Worker:
             self._pieces[token] = cached
         return cached
 
+    def is_special(self, token: int) -> bool:
+        """Whether llama.cpp marks the token special: a control token such as <|im_end|>, a
+        user-defined added token such as <|im_start|> in some conversions, or the unknown one
+        (the kinds llama.cpp itself matches as specials when it tokenizes)."""
+        cached = self._special.get(token)
+        if cached is None:
+            attr = self.lib.llama_vocab_get_attr(self.vocab, token)
+            cached = bool(attr & self._special_attrs)
+            self._special[token] = cached
+        return cached
+
     def pieces(self, tokens: list[int]) -> list[TokenPiece]:
-        """Each token with its exact bytes, as the parent is told them."""
-        return [TokenPiece(t, self.piece(t)) for t in tokens]
+        """Each token's exact bytes and whether it is special, as the parent is told them."""
+        return [TokenPiece(t, self.piece(t), self.is_special(t)) for t in tokens]
 
     def tokenize(self, text: str, add_bos: bool, special: bool = True) -> list[int]:
         data = text.encode("utf-8", errors="surrogatepass").replace(b"\x00", b"")
