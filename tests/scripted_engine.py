@@ -72,7 +72,8 @@ class ScriptedEngine:
         self.requests.append(request)
         self._cancel.clear()
         t0 = time.perf_counter()
-        prompt = [TokenPiece(1, b"<|im_start|>"), TokenPiece(2, b"user"), TokenPiece(3, b"\n")]
+        start = TokenPiece(1, b"<|im_start|>", special=True)
+        prompt = [start, TokenPiece(2, b"user"), TokenPiece(3, b"\n")]
         for m in request.messages:
             prompt += [TokenPiece(100 + i, w.encode()) for i, w in enumerate(m.content.split())]
         yield PromptEvaluated(

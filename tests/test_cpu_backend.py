@@ -10,7 +10,7 @@ import pytest
 from chatapp import paths
 from chatapp.engine.local import cpu_backend, machine
 from chatapp.engine.local.engine import LocalEngine
-from chatapp.engine.local.worker import CPU_FAULT_ENV
+from chatapp.engine.local.loaded_model import CPU_FAULT_ENV
 from chatapp.engine.local.worker_log import extra_buffers_from_log, useful_lines
 from chatapp.engine.protocol import EngineCrashed, LoadOptions
 from chatapp.models import quantize

@@ -208,6 +208,24 @@ def test_tokenize_any_text(engine):
     assert specials[0].piece == b"<|im_start|>"
 
 
+def test_special_tokens_come_from_llama_cpp_not_their_shape(engine):
+    """The chat template's markers are special (llama.cpp's token attributes say so); an
+    ordinary word, and text that only looks like markup, are not."""
+    pieces = engine.tokenize("<|im_start|>user\nhello <br> [INST]<|im_end|>")
+    by_piece = {p.piece: p.special for p in pieces}
+    assert by_piece[b"<|im_start|>"] is True
+    assert by_piece[b"<|im_end|>"] is True
+    assert by_piece[b"hello"] is False
+    assert [p.piece for p in pieces if p.special] == [b"<|im_start|>", b"<|im_end|>"]
+    # the prompt the worker reports carries the same flags
+    events, _, _ = run(engine, GenerateRequest(ask("hello"), GREEDY.with_(max_tokens=1)))
+    pe = events[0]
+    assert isinstance(pe, PromptEvaluated)
+    marks = {p.piece for p in pe.tokens if p.special}
+    assert marks == {b"<|im_start|>", b"<|im_end|>"}
+    assert any(p.text.strip() == "hello" and not p.special for p in pe.tokens)
+
+
 @pytest.fixture(scope="module")
 def small_engine(model_path):
     from chatapp.engine.local.engine import LocalEngine

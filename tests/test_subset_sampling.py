@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chatapp.engine.local import worker as worker_module
+from chatapp.engine.local import loaded_model, token_loop
 from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions, Token
 from chatapp.sampling import SamplerSettings
 
@@ -24,7 +24,7 @@ class Collect:
 
 @pytest.fixture(scope="module")
 def worker(model_path):
-    return worker_module.Worker(LoadOptions(model_path=model_path, n_ctx=512, n_gpu_layers=0))
+    return loaded_model.Worker(LoadOptions(model_path=model_path, n_ctx=512, n_gpu_layers=0))
 
 
 def _reply(worker, settings: SamplerSettings, ignore_eos: bool = False) -> list[int]:
@@ -35,7 +35,7 @@ def _reply(worker, settings: SamplerSettings, ignore_eos: bool = False) -> list[
         ignore_eos=ignore_eos,
     )
     conn = Collect()
-    worker_module.Generation(worker, conn, req).run()
+    token_loop.Generation(worker, conn, req).run()
     return [e.id for e in conn.events if isinstance(e, Token)]
 
 
@@ -51,7 +51,7 @@ def _reply(worker, settings: SamplerSettings, ignore_eos: bool = False) -> list[
 def test_subset_sampling_equals_the_full_chain(worker, settings, monkeypatch):
     settings = settings.with_(seed=5, max_tokens=60)
     fast = _reply(worker, settings, ignore_eos=True)
-    monkeypatch.setattr(worker_module, "subset_exact", lambda s, m: False)  # the whole vocabulary
+    monkeypatch.setattr(token_loop, "subset_exact", lambda s, m: False)  # the whole vocabulary
     full = _reply(worker, settings, ignore_eos=True)
     assert len(fast) == 60
     assert fast == full

@@ -65,7 +65,8 @@ _BARE = None
 
 def _lcp_init(options: LoadOptions, log_path: str) -> None:
     global _LLAMA
-    from chatapp.engine.local.worker import open_llama, redirect_output
+    from chatapp.engine.local.loaded_model import open_llama
+    from chatapp.engine.local.worker import redirect_output
 
     redirect_output(log_path)
 
@@ -77,7 +78,8 @@ def _lcp_init(options: LoadOptions, log_path: str) -> None:
 
 def _bare_init(options: LoadOptions, log_path: str) -> None:
     global _BARE
-    from chatapp.engine.local.worker import Worker, redirect_output
+    from chatapp.engine.local.loaded_model import Worker
+    from chatapp.engine.local.worker import redirect_output
 
     redirect_output(log_path)
 

@@ -106,10 +106,12 @@ class GenerateRequest:
 
 @dataclass(frozen=True)
 class TokenPiece:
-    """One token of a text: its id and exact bytes."""
+    """One token of a text: its id, exact bytes, and whether llama.cpp marks it special
+    (control, user-defined or unknown: chat-template markers such as <|im_start|>)."""
 
     id: int
     piece: bytes
+    special: bool = False
 
     @property
     def text(self) -> str:

@@ -9,7 +9,7 @@ import time
 import pytest
 from fault_helpers import SIZE, run_cli, send, wait_until
 
-from chatapp.engine.local import worker
+from chatapp.engine.local import loaded_model
 from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.local.timebound import call_with_timeout
 from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions
@@ -27,7 +27,7 @@ NOTES = {
         "the template tried something unsafe: access to attribute '__init__' of 'type' "
         "object is unsafe"
     ),
-    "loops": FAILED.format(f"took longer than {worker.TEMPLATE_TIMEOUT_S:g} s"),
+    "loops": FAILED.format(f"took longer than {loaded_model.TEMPLATE_TIMEOUT_S:g} s"),
 }
 
 
@@ -46,7 +46,7 @@ def test_ask_notes_the_fallback_and_still_answers(template_models, name):
     assert lines[-1].startswith("TTFT ") and "| 4 tokens |" in lines[-1]
     assert r.stdout.strip(), "the model answered through the plain template"
     assert "pwned" not in r.stdout + r.stderr
-    assert elapsed < worker.TEMPLATE_TIMEOUT_S + 20
+    assert elapsed < loaded_model.TEMPLATE_TIMEOUT_S + 20
 
 
 def test_side_pipe_template_render_is_bounded_too(template_models):
@@ -62,7 +62,7 @@ def test_side_pipe_template_render_is_bounded_too(template_models):
         thread = threading.Thread(target=lambda: result.append(eng.render_prompt(req)))
         thread.daemon = True
         thread.start()
-        thread.join(worker.TEMPLATE_TIMEOUT_S + 5)
+        thread.join(loaded_model.TEMPLATE_TIMEOUT_S + 5)
         assert result, "render_prompt() did not return: the side thread loops forever"
         text, warning = result[0]
         assert warning == NOTES["loops"]

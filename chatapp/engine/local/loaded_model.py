@@ -1,0 +1,345 @@
+"""The loaded model in the worker process: the Llama, its vocabulary, the KV cache, the prompt."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from chatapp.engine.local import template
+from chatapp.engine.local.timebound import call_with_timeout
+from chatapp.engine.local.worker_log import (
+    extra_buffers_from_log,
+    flash_attn_from_log,
+    offloaded_from_log,
+)
+from chatapp.engine.protocol import GenerateRequest, LoadOptions, ModelInfo, TokenPiece
+
+TEMPLATE_TIMEOUT_S = 2.0
+
+
+def open_llama(options: LoadOptions, verbose: bool):
+    """A llama_cpp.Llama as LoadOptions say (also used by the benchmark's reference side).
+
+    Two settings Llama() does not take are set on the params it builds: `use_extra_bufts`
+    (repack off) and flash attention "auto" (llama.cpp's own choice, used with GPU layers)."""
+    import llama_cpp
+
+    auto_fa = options.flash_attn is None and options.n_gpu_layers != 0 and gpu_offload()
+    with _load_params(extra_bufts=options.repack is not False, auto_fa=auto_fa):
+        return llama_cpp.Llama(
+            model_path=options.model_path,
+            n_ctx=options.n_ctx,
+            n_gpu_layers=options.n_gpu_layers,
+            n_threads=options.threads,
+            n_threads_batch=options.threads,
+            n_batch=options.n_batch,
+            n_ubatch=options.n_batch,
+            flash_attn=bool(options.flash_attn),
+            logits_all=False,  # logits of the last token only: all rows would cost every step
+            verbose=verbose,  # verbose=False would redirect this process's fds 1/2 while loading
+        )
+
+
+def gpu_offload() -> bool:
+    """Whether this llama.cpp build can offload layers to a GPU."""
+    import llama_cpp
+
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+@contextlib.contextmanager
+def _load_params(extra_bufts: bool, auto_fa: bool):
+    """Patch the two param factories Llama() calls, for the length of one load."""
+    import llama_cpp
+    from llama_cpp import _internals
+
+    model_defaults = llama_cpp.llama_cpp.llama_model_default_params
+    context_class = _internals.LlamaContext
+
+    def model_params():
+        params = model_defaults()
+        params.use_extra_bufts = extra_bufts
+        return params
+
+    def context(*args, **kwargs):
+        if auto_fa:
+            kwargs["params"].flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
+        return context_class(*args, **kwargs)
+
+    llama_cpp.llama_cpp.llama_model_default_params = model_params
+    _internals.LlamaContext = context
+    try:
+        yield
+    finally:
+        llama_cpp.llama_cpp.llama_model_default_params = model_defaults
+        _internals.LlamaContext = context_class
+
+
+class Worker:
+    """A loaded model plus the KV-cache state of the last reply."""
+
+    def __init__(self, options: LoadOptions) -> None:
+        import llama_cpp  # imported here: the parent process never loads llama.cpp
+
+        self.lib = llama_cpp
+        t0 = time.perf_counter()
+        self.llama = open_llama(options, verbose=True)
+        load_s = time.perf_counter() - t0
+        self.options = options
+        self.ctx = self.llama._ctx.ctx
+        self.model = self.llama._model.model
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.mem = llama_cpp.llama_get_memory(self.ctx)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
+        self.n_batch = options.n_batch
+        self.batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self.kv_tokens: list[int] = []
+        self.replies = 0
+        self._pieces: dict[int, bytes] = {}
+        self._special: dict[int, bool] = {}
+        self._special_attrs = (
+            llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
+            | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+            | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
+        )
+        self._logit_views: dict[int, np.ndarray] = {}
+        self._eog: list[int] | None = None
+        meta = self.llama.metadata
+        self.chat_template = meta.get("tokenizer.chat_template", "")
+        self.bos_id = llama_cpp.llama_vocab_bos(self.vocab)
+        self.eos_id = llama_cpp.llama_vocab_eos(self.vocab)
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        desc = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self.model, desc, 256)
+        n_layers = llama_cpp.llama_model_n_layer(self.model)
+        gpu_ok = bool(llama_cpp.llama_supports_gpu_offload())
+        self.info = ModelInfo(
+            path=options.model_path,
+            n_vocab=self.n_vocab,
+            n_ctx=self.n_ctx,
+            n_ctx_train=llama_cpp.llama_model_n_ctx_train(self.model),
+            load_s=load_s,
+            gpu_offload_supported=gpu_ok,
+            n_gpu_layers=_offloaded_layers(gpu_ok, options.n_gpu_layers, n_layers),
+            n_layers=n_layers,
+            n_threads=options.threads,
+            has_chat_template=bool(self.chat_template),
+            description=desc.value.decode("utf-8", "replace"),
+            size_bytes=Path(options.model_path).stat().st_size,
+            architecture=meta.get("general.architecture", ""),
+            quant=desc.value.decode("utf-8", "replace").rsplit(" ", 1)[-1],
+            n_params=int(llama_cpp.llama_model_n_params(self.model)),
+            flash_attn=bool(options.flash_attn),
+            repack=options.repack is not False,
+        )
+
+    def warm_up(self) -> int:
+        """Run the backend once, as llama.cpp's own tools do, so a backend that crashes on this
+        CPU does it now (the engine can then retry without it) and not on the first reply."""
+        inject_cpu_fault(self.options, "warm_up")
+        tok = self.bos_id if self.bos_id >= 0 else max(self.eos_id, 0)
+        code = self.decode([tok, tok]) or self.decode_one(tok)
+        self.lib.llama_memory_clear(self.mem, True)
+        self.kv_tokens = []
+        return code
+
+    def described(self, log_text: str) -> ModelInfo:
+        """The load's facts that only llama.cpp's log tells: GPU layers, flash attention as
+        resolved, extra CPU buffer types in use."""
+        from dataclasses import replace
+
+        layers = offloaded_from_log(log_text)
+        info = replace(
+            self.info,
+            extra_buffers=extra_buffers_from_log(log_text),
+            flash_attn=flash_attn_from_log(log_text, self.info.flash_attn),
+        )
+        return info if layers is None else replace(info, n_gpu_layers=layers)
+
+    # ---- tokens -------------------------------------------------------------------------
+
+    def piece(self, token: int) -> bytes:
+        """Exact bytes of one token (special tokens rendered)."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            buf = ctypes.create_string_buffer(256)  # per call: the side thread decodes too
+            n = self.lib.llama_token_to_piece(self.vocab, token, buf, 256, 0, True)
+            cached = buf.raw[: max(n, 0)]
+            self._pieces[token] = cached
+        return cached
+
+    def is_special(self, token: int) -> bool:
+        """Whether llama.cpp marks the token special: a control token such as <|im_end|>, a
+        user-defined added token such as <|im_start|> in some conversions, or the unknown one
+        (the kinds llama.cpp itself matches as specials when it tokenizes)."""
+        cached = self._special.get(token)
+        if cached is None:
+            attr = self.lib.llama_vocab_get_attr(self.vocab, token)
+            cached = bool(attr & self._special_attrs)
+            self._special[token] = cached
+        return cached
+
+    def pieces(self, tokens: list[int]) -> list[TokenPiece]:
+        """Each token's exact bytes and whether it is special, as the parent is told them."""
+        return [TokenPiece(t, self.piece(t), self.is_special(t)) for t in tokens]
+
+    def tokenize(self, text: str, add_bos: bool, special: bool = True) -> list[int]:
+        data = text.encode("utf-8", errors="surrogatepass").replace(b"\x00", b"")
+        data = data.decode("utf-8", errors="replace").encode("utf-8")
+        cap = len(data) + 8
+        buf = (self.lib.llama_token * cap)()
+        n = self.lib.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos, special)
+        if n < 0:
+            cap = -n
+            buf = (self.lib.llama_token * cap)()
+            n = self.lib.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos, special)
+        ids = list(buf[:n])
+        if add_bos and len(ids) > 1 and ids[0] == ids[1] == self.bos_id:
+            ids = ids[1:]  # the template already wrote a BOS
+        return ids
+
+    def eog_tokens(self) -> list[int]:
+        if self._eog is None:
+            self._eog = [
+                t for t in range(self.n_vocab) if self.lib.llama_vocab_is_eog(self.vocab, t)
+            ]
+        return self._eog
+
+    # ---- decoding -----------------------------------------------------------------------
+
+    def decode(self, tokens: list[int], logits_all: bool = False) -> int:
+        """Evaluate tokens after the cached ones; returns llama_decode's code (0 = ok)."""
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            b = self.batch
+            n_past = len(self.kv_tokens)
+            for i, tok in enumerate(chunk):
+                b.token[i] = tok
+                b.pos[i] = n_past + i
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = 0
+                b.logits[i] = logits_all
+            b.logits[len(chunk) - 1] = True
+            b.n_tokens = len(chunk)
+            code = self.lib.llama_decode(self.ctx, b)
+            if code != 0:
+                return code
+            self.kv_tokens.extend(chunk)
+        return 0
+
+    def decode_one(self, token: int) -> int:
+        b = self.batch
+        b.token[0] = token
+        b.pos[0] = len(self.kv_tokens)
+        b.n_seq_id[0] = 1
+        b.seq_id[0][0] = 0
+        b.logits[0] = True
+        b.n_tokens = 1
+        code = self.lib.llama_decode(self.ctx, b)
+        if code == 0:
+            self.kv_tokens.append(token)
+        return code
+
+    def logits(self, i: int = -1) -> np.ndarray:
+        """A zero-copy view of one output row (views are cached by address: making one
+        costs ~50 us, more than the rest of a step's bookkeeping)."""
+        ptr = self.lib.llama_get_logits_ith(self.ctx, i)
+        addr = ctypes.addressof(ptr.contents)
+        view = self._logit_views.get(addr)
+        if view is None:
+            if len(self._logit_views) > 64:
+                self._logit_views.clear()
+            view = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+            self._logit_views[addr] = view
+        return view
+
+    def reuse_prefix(self, tokens: list[int]) -> int:
+        """Keep the KV cache for the common prefix; returns how many tokens were kept."""
+        n = 0
+        limit = min(len(self.kv_tokens), len(tokens) - 1)  # the last token must be evaluated
+        while n < limit and self.kv_tokens[n] == tokens[n]:
+            n += 1
+        if not self.lib.llama_memory_seq_rm(self.mem, -1, n, -1):
+            self.lib.llama_memory_clear(self.mem, True)
+            n = 0
+        del self.kv_tokens[n:]
+        return n
+
+    # ---- the prompt ---------------------------------------------------------------------
+
+    def render_prompt(self, req: GenerateRequest) -> tuple[str, str]:
+        """Templated prompt text and a warning (empty when the model's template was used)."""
+        if req.raw_prompt is not None:
+            return req.raw_prompt, ""
+        if self.chat_template:
+            try:
+                return self._render_bounded(self.chat_template, req), ""
+            except (template.TemplateError, TimeoutError) as exc:
+                warning = f"the model's chat template failed ({exc}); using a plain template"
+        else:
+            warning = "this model has no chat template; using a plain template"
+        return template.render_fallback(req.messages), warning
+
+    def _render_bounded(self, source: str, req: GenerateRequest) -> str:
+        """The model's template, stopped after TEMPLATE_TIMEOUT_S (it comes from the file)."""
+        bos = self.piece(self.bos_id).decode("utf-8", "replace") if self.bos_id >= 0 else ""
+        eos = self.piece(self.eos_id).decode("utf-8", "replace") if self.eos_id >= 0 else ""
+        return call_with_timeout(
+            lambda: template.render(source, req.messages, bos_token=bos, eos_token=eos),
+            TEMPLATE_TIMEOUT_S,
+        )
+
+    # ---- scoring ------------------------------------------------------------------------
+
+    def score(self, tokens: list[int]) -> np.ndarray | str:
+        """Log-probabilities (float32, len(tokens)-1 x n_vocab) of each next token of a text."""
+        tokens = tokens[: self.n_ctx]
+        self.lib.llama_memory_clear(self.mem, True)
+        self.kv_tokens = []
+        rows = []
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            if self.decode(chunk, logits_all=True) != 0:
+                return "llama_decode failed while scoring"
+            for i in range(len(chunk)):
+                row = self.logits(i).astype(np.float64)
+                top = row.max()
+                rows.append((row - top - np.log(np.exp(row - top).sum())).astype(np.float32))
+        self.lib.llama_memory_clear(self.mem, True)
+        self.kv_tokens = []
+        return np.stack(rows[:-1]) if len(rows) > 1 else np.zeros((0, self.n_vocab), np.float32)
+
+
+def _offloaded_layers(gpu_ok: bool, requested: int, n_layers: int) -> int:
+    if not gpu_ok or requested == 0:
+        return 0
+    total = n_layers + 1  # llama.cpp counts the output layer too
+    return total if requested < 0 else min(requested, total)
+
+
+CPU_FAULT_ENV = "CHATAPP_FAULT_CPU_BACKEND"
+
+
+def inject_cpu_fault(options: LoadOptions, where: str) -> None:
+    """Fault injection for tests, standing in for llama.cpp's AMX crash on some CPUs:
+    CHATAPP_FAULT_CPU_BACKEND=SIGSEGV kills the worker with that signal in warm-up while extra
+    CPU buffers are on; "SIGSEGV@reply" does it in the first reply's prefill instead;
+    "SIGILL:always" whatever the buffers."""
+    value = os.environ.get(CPU_FAULT_ENV, "")
+    value, _, at = value.partition("@")
+    name, _, when = value.partition(":")
+    if not name or (at or "warm_up") != where:
+        return
+    if when == "always" or options.repack is not False:
+        import signal
+
+        sys.stderr.flush()
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+        os.kill(os.getpid(), getattr(signal, name))

@@ -1,0 +1,320 @@
+"""The token loop: one reply's prefill, then sampling token by token, candidates, stop strings."""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import time
+from collections import Counter, deque
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from chatapp.engine.local import template
+from chatapp.engine.local.candidates import rank, ranked_size, token_logprob, top_candidates
+from chatapp.engine.local.loaded_model import inject_cpu_fault
+from chatapp.engine.protocol import (
+    Failed,
+    Finished,
+    GenerateRequest,
+    Notice,
+    PromptEvaluated,
+    SettingsApplied,
+    StopReason,
+    Token,
+)
+from chatapp.metrics import stats_from_times
+from chatapp.sampling import SamplerSettings
+
+if TYPE_CHECKING:
+    from chatapp.engine.local.loaded_model import Worker
+
+FLUSH_S = 0.025  # token events go at most every 25 ms (the first one at once)
+
+
+def build_chain(w: Worker, s: SamplerSettings, history: list[int], ban_eog: bool):
+    """The native sampler chain for these settings, with the penalties' history accepted."""
+    lib = w.lib
+    params = lib.llama_sampler_chain_default_params()
+    params.no_perf = True
+    chain = lib.llama_sampler_chain_init(params)
+    if ban_eog:
+        eog = w.eog_tokens()
+        biases = (lib.llama_logit_bias * len(eog))()
+        for i, t in enumerate(eog):
+            biases[i].token = t
+            biases[i].bias = float("-inf")
+        lib.llama_sampler_chain_add(
+            chain, lib.llama_sampler_init_logit_bias(w.n_vocab, len(eog), biases)
+        )
+    if s.repeat_penalty != 1.0 and s.repeat_last_n > 0:
+        lib.llama_sampler_chain_add(
+            chain,
+            lib.llama_sampler_init_penalties(
+                w.n_vocab, s.repeat_last_n, s.repeat_penalty, 0.0, 0.0
+            ),
+        )
+    if s.greedy:
+        lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_greedy())
+    else:
+        if s.top_k > 0:
+            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_k(s.top_k))
+        if s.top_p < 1.0:
+            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_p(s.top_p, 1))
+        if s.min_p > 0.0:
+            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_min_p(s.min_p, 1))
+        lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_temp(s.temperature))
+        lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_dist(s.seed))
+    for tok in history[-max(s.repeat_last_n, 1) :]:
+        lib.llama_sampler_accept(chain, tok)  # penalties keep their history
+    return chain
+
+
+class RecentTokens:
+    """The penalty window (last n tokens) with O(1) membership, as the penalties sampler sees it."""
+
+    def __init__(self, history: list[int], n: int) -> None:
+        self.n = n
+        self.window: deque[int] = deque(history[-n:] if n else [])
+        self.counts = Counter(self.window)
+
+    def push(self, tok: int) -> None:
+        if not self.n:
+            return
+        self.window.append(tok)
+        self.counts[tok] += 1
+        if len(self.window) > self.n:
+            old = self.window.popleft()
+            self.counts[old] -= 1
+            if not self.counts[old]:
+                del self.counts[old]
+
+    def __contains__(self, tok: object) -> bool:
+        return tok in self.counts
+
+    def __len__(self) -> int:
+        return len(self.window)
+
+
+class SubsetSampler:
+    """Runs the native chain on the best few tokens instead of the whole vocabulary.
+
+    Exact whenever top-k or greedy bounds the kept set and the m best were ranked with room for
+    every token the penalties or the EOG ban can lower (candidates.ranked_size). Saves building
+    and sorting an n_vocab-sized candidate array on every token.
+    """
+
+    DTYPE = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+
+    def __init__(self, lib, capacity: int) -> None:
+        self.lib = lib
+        self.buf = np.zeros(capacity, dtype=self.DTYPE)
+        self.arr = lib.llama_token_data_array()
+        self.arr.data = self.buf.ctypes.data_as(ctypes.POINTER(lib.llama_token_data))
+        self.ref = ctypes.byref(self.arr)
+
+    def sample(self, chain, logits: np.ndarray, idx: np.ndarray) -> int:
+        n = idx.shape[0]
+        if n > self.buf.shape[0]:
+            self.__init__(self.lib, n)
+        buf = self.buf
+        buf["id"][:n] = idx
+        buf["logit"][:n] = logits[idx]
+        self.arr.size = n
+        self.arr.selected = -1
+        self.arr.sorted = False
+        self.lib.llama_sampler_apply(chain, self.ref)
+        tok = int(buf["id"][self.arr.selected])
+        self.lib.llama_sampler_accept(chain, tok)
+        return tok
+
+
+def subset_exact(s: SamplerSettings, m: int) -> bool:
+    """Whether sampling among the m best tokens (m from ranked_size) equals sampling over the
+    whole vocabulary."""
+    return s.greedy or 0 < s.top_k <= m
+
+
+class Generation:
+    """One reply: prefill, then sample token by token, checking the pipe between tokens."""
+
+    def __init__(self, worker: Worker, conn: Connection, req: GenerateRequest) -> None:
+        self.w = worker
+        self.conn = conn
+        self.req = req
+        self.settings = req.settings
+        self.pending: list = []
+        self.last_flush = 0.0
+        self.cancelled = False
+        self.new_settings: SamplerSettings | None = None
+
+    def send(self, event, flush: bool = False) -> None:
+        self.pending.append(event)
+        now = time.perf_counter()
+        if flush or now - self.last_flush >= FLUSH_S:
+            self.conn.send(("events", self.pending))
+            self.pending = []
+            self.last_flush = now
+
+    def check_pipe(self) -> None:
+        while self.conn.poll():
+            msg = self.conn.recv()
+            if msg[0] == "cancel" or msg[0] == "close":
+                self.cancelled = True
+            elif msg[0] == "settings":
+                self.new_settings = msg[1]
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # noqa: BLE001 - report, keep the worker alive
+            self.send(Failed(f"generation failed: {type(exc).__name__}: {exc}"), flush=True)
+
+    def _run(self) -> None:
+        w, req = self.w, self.req
+        t_request = time.perf_counter()
+        if req.prompt_ids is not None:
+            prompt_ids = list(req.prompt_ids)
+            rendered, warning = (
+                b"".join(w.piece(t) for t in prompt_ids).decode("utf-8", "replace"),
+                "",
+            )
+        else:
+            rendered, warning = w.render_prompt(req)
+            prompt_ids = w.tokenize(rendered, add_bos=w.add_bos)
+        prefix = list(req.reply_prefix_ids)
+        full = prompt_ids + prefix
+        budget = w.n_ctx - len(full)
+        if budget < 1:
+            self.send(
+                Failed(
+                    f"the prompt is {len(full)} tokens but the context holds {w.n_ctx}; "
+                    "shorten it, clear the chat or load with a larger --ctx"
+                ),
+                flush=True,
+            )
+            return
+        t_prefill = time.perf_counter()
+        if not w.replies:
+            inject_cpu_fault(w.options, "reply")
+        w.replies += 1
+        n_reused = w.reuse_prefix(full)
+        # The last prompt token is always evaluated on its own, so its logits are computed the
+        # same way whether the rest came from the cache or not: a seed then reproduces exactly.
+        code = w.decode(full[n_reused:-1]) or w.decode_one(full[-1])
+        t_prefill_end = time.perf_counter()
+        if code != 0:
+            w.kv_tokens = []
+            w.lib.llama_memory_clear(w.mem, True)
+            self.send(Failed(f"llama_decode failed on the prompt (code {code})"), flush=True)
+            return
+        self.send(
+            PromptEvaluated(
+                tokens=tuple(w.pieces(prompt_ids)),
+                rendered=rendered,
+                n_new=len(full) - n_reused,
+                n_reused=n_reused,
+                prefill_s=t_prefill_end - t_prefill,
+                t=t_prefill_end,
+            ),
+            flush=True,
+        )
+        if warning:
+            self.send(Notice(warning), flush=True)
+
+        s = self.settings
+        chain = build_chain(w, s, full, req.ignore_eos)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        text_parts = [decoder.decode(b"".join(w.piece(t) for t in prefix))]
+        text_len = len(text_parts[0])
+        stops = req.stop or (template.FALLBACK_STOPS if warning and req.raw_prompt is None else ())
+        max_stop = max((len(x) for x in stops), default=0)
+        recent = RecentTokens(full, s.repeat_last_n)
+        times: list[float] = []
+        index = len(prefix)
+        reason = StopReason.MAX_TOKENS
+        detail = ""
+        text = ""
+        lib, ctx = w.lib, w.ctx
+        subset = SubsetSampler(lib, 256)
+        n_banned = len(w.eog_tokens()) if req.ignore_eos else 0
+        m = ranked_size(s, req.top_n, w.n_vocab, n_banned)
+        try:
+            while True:
+                if index - len(prefix) >= s.max_tokens:
+                    reason = StopReason.MAX_TOKENS
+                    break
+                self.check_pipe()
+                if self.cancelled:
+                    reason = StopReason.CANCELLED
+                    break
+                if self.new_settings is not None:
+                    s, self.new_settings = self.new_settings, None
+                    lib.llama_sampler_free(chain)
+                    chain = build_chain(w, s, w.kv_tokens, req.ignore_eos)
+                    recent = RecentTokens(w.kv_tokens, s.repeat_last_n)
+                    m = ranked_size(s, req.top_n, w.n_vocab, n_banned)
+                    self.send(SettingsApplied(s, index), flush=True)
+                    if index - len(prefix) >= s.max_tokens:
+                        reason = StopReason.MAX_TOKENS
+                        break
+                logits = w.logits()
+                cands: tuple = ()
+                logprob = None
+                idx, log_z = rank(logits, m, req.top_n > 0)
+                if req.top_n > 0:
+                    cands = top_candidates(
+                        logits, s, recent, req.top_n, w.piece, idx=idx, log_z=log_z
+                    )
+                if subset_exact(s, idx.shape[0]):
+                    tok = subset.sample(chain, logits, idx)
+                else:
+                    tok = lib.llama_sampler_sample(chain, ctx, -1)
+                t_tok = time.perf_counter()
+                if not req.ignore_eos and lib.llama_vocab_is_eog(w.vocab, tok):
+                    reason = StopReason.EOG
+                    break
+                times.append(t_tok)
+                if req.top_n > 0:
+                    logprob = token_logprob(logits, tok, log_z)
+                piece = w.piece(tok)
+                delta = decoder.decode(piece)
+                text_parts.append(delta)
+                text_len += len(delta)
+                self.send(Token(index, tok, piece, delta, t_tok, logprob, cands), flush=index == 0)
+                index += 1
+                recent.push(tok)
+                if stops:
+                    text = "".join(text_parts)
+                    text_parts = [text]
+                    window = text[max(0, text_len - len(delta) - max_stop) :]
+                    hit = min((p for p in (window.find(x) for x in stops) if p >= 0), default=-1)
+                    if hit >= 0:
+                        cut = max(0, text_len - len(delta) - max_stop) + hit
+                        text_parts = [text[:cut]]
+                        reason = StopReason.STOP_STRING
+                        detail = next(x for x in stops if window.find(x) == hit)
+                        break
+                if len(w.kv_tokens) >= w.n_ctx:
+                    reason = StopReason.CONTEXT_FULL
+                    break
+                code = w.decode_one(tok)
+                if code != 0:
+                    reason = StopReason.CONTEXT_FULL if code == 1 else StopReason.ERROR
+                    detail = f"llama_decode returned {code}"
+                    break
+        finally:
+            lib.llama_sampler_free(chain)
+        text = "".join(text_parts)  # an incomplete UTF-8 tail (cut by max_tokens) is dropped
+        stats = stats_from_times(
+            t_request=t_request,
+            t_prefill_start=t_prefill,
+            t_prefill_end=t_prefill_end,
+            token_times=times,
+            prompt_tokens=len(prompt_ids),
+            prompt_evaluated=len(full) - n_reused,
+            n_past=len(w.kv_tokens),
+            n_ctx=w.n_ctx,
+        )
+        self.send(Finished(reason, text, stats, detail), flush=True)
