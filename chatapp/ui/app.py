@@ -382,7 +382,7 @@ class ChatApp(ChatActions, App):
 
     def _show_prompt(self, ev: PromptEvaluated) -> None:
         self.token_panel.set_prompt(
-            [ShownToken(t.id, t.piece, special=_is_special(t.piece)) for t in ev.tokens]
+            [ShownToken(t.id, t.piece, special=t.special) for t in ev.tokens]
         )
         self.stats_panel.stats = self.stats_panel.stats.but(
             prefill_tps=(ev.n_new / ev.prefill_s) if ev.prefill_s > 0 else None,
@@ -565,7 +565,7 @@ class ChatApp(ChatActions, App):
         except EngineError as exc:
             self.call_from_thread(self.set_status, f"error: {exc}", True)
             return
-        shown = [ShownToken(p.id, p.piece, special=_is_special(p.piece)) for p in pieces]
+        shown = [ShownToken(p.id, p.piece, special=p.special) for p in pieces]
         self.call_from_thread(self.token_panel.show_typed, shown)
 
     # ---- helpers ----------------------------------------------------------------------------
@@ -641,10 +641,6 @@ def _settle_gc() -> None:
 
 def _shown(tok: Token) -> ShownToken:
     return ShownToken(tok.id, tok.piece, tok.logprob)
-
-
-def _is_special(piece: bytes) -> bool:
-    return piece.startswith(b"<") and piece.endswith(b">") and len(piece) > 2
 
 
 def run_chat_app(options: LoadOptions, server: str | None = None, **kwargs) -> None:
