@@ -202,7 +202,7 @@ def chat(
     options = load_options(
         model, ctx, ngl, threads, batch, flash_attn, repack, config, find_model=url is None
     )
-    from chatapp.ui.app import run_chat_app  # the UI is imported only here
+    from chatapp.ui.launch import run_chat_app  # the UI is imported only here
 
     run_chat_app(options, server=url, remote=remote, config=config, problems=problems)
 

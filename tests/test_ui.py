@@ -231,13 +231,13 @@ async def test_side_panels_redraw_at_most_every_panel_interval_and_end_complete(
     redraws: list[int] = []
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.engine is not None)
-        original = app._refresh_panels
+        original = app.panels.refresh
 
         def counted() -> None:
-            redraws.append(len(app._unshown))
+            redraws.append(len(app.panels.unshown))
             original()
 
-        app._refresh_panels = counted
+        app.panels.refresh = counted
         await send(pilot, app, "Tell me more")
         await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
         reply = app.last_reply

@@ -1,18 +1,14 @@
-"""The chat app: layout, bindings and the flow from a submitted prompt to a finished reply."""
+"""The chat app: the conversation, the model and the flow from a submitted prompt to a reply."""
 
 from __future__ import annotations
 
-import gc
+import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from textual import on, work
-from textual.app import App, ComposeResult, SystemCommand
-from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
+from textual.widgets import Input
 
 from chatapp.chat.recorder import ChatHistory
 from chatapp.chat.session import ChatSession
@@ -26,13 +22,11 @@ from chatapp.engine.protocol import (
     GenerateRequest,
     LoadOptions,
     ModelInfo,
-    PromptEvaluated,
     Token,
 )
 from chatapp.errors import ChatappError
+from chatapp.history.store import StoreError
 from chatapp.sampling import SamplerSettings
-from chatapp.ui import themes
-from chatapp.ui.actions import ChatActions
 from chatapp.ui.messages import (
     EngineFailed,
     EngineReady,
@@ -43,56 +37,32 @@ from chatapp.ui.messages import (
     SettingsTookEffect,
     TokensArrived,
 )
+from chatapp.ui.panel_feed import PanelFeed
 from chatapp.ui.prompt_input import PromptInput
-from chatapp.ui.reply import Reply, footer_for
+from chatapp.ui.reply import Reply, footer_for, stored_footer
+from chatapp.ui.screens.compare import CompareScreen
+from chatapp.ui.screens.conversations import Choice, ConversationsScreen
+from chatapp.ui.screens.model_card import ModelCardScreen
+from chatapp.ui.screens.models import ModelPickerScreen
+from chatapp.ui.screens.system_prompt import SystemPromptScreen
+from chatapp.ui.shell import ChatShell, settle_gc
 from chatapp.ui.streaming import LIGHT, SMOOTH, cadence_for, stream_reply
-from chatapp.ui.widgets.chat import ChatView, MessageView
-from chatapp.ui.widgets.probs import ProbPanel
+from chatapp.ui.widgets.chat import MessageView
 from chatapp.ui.widgets.sampler import SamplerPanel
-from chatapp.ui.widgets.stats import SPARK_POINTS, LiveStats, StatsPanel
-from chatapp.ui.widgets.tokens import ShownToken, TokenPanel, TokenStrip
+from chatapp.ui.widgets.stats import LiveStats
+from chatapp.ui.widgets.tokens import ShownToken, TokenStrip
 
 STOP_GRACE_S = 3.0  # after Esc, a worker that has not stopped by then is killed
 
 
-class ChatApp(ChatActions, App):
-    """Chat with a local model and watch tokens, speed and probabilities live."""
-
-    CSS_PATH = "app.tcss"
-    TITLE = "chatapp"
-    BINDINGS = [
-        Binding("escape", "stop", "Stop", id="chat.stop"),
-        Binding("ctrl+r", "regenerate", "Regenerate", id="chat.regenerate", priority=True),
-        Binding("ctrl+e", "edit_last", "Edit last", id="chat.edit_last", priority=True),
-        Binding("ctrl+o", "continue_reply", "Continue", id="chat.continue", priority=True),
-        Binding("ctrl+w", "rewind", "Rewind here", id="chat.rewind", priority=True),
-        Binding("ctrl+n", "new_chat", "New chat", id="chat.new", priority=True),
-        Binding("f1", "help", "Help", id="app.help", priority=True),
-        Binding("f2", "system_prompt", "System", id="chat.system_prompt", priority=True),
-        Binding("f3", "toggle_side", "Panels", id="view.toggle_side", priority=True),
-        Binding(
-            "f4", "toggle_prompt_tokens", "Prompt tokens", id="view.prompt_tokens", priority=True
-        ),
-        Binding("f5", "toggle_ids", "Token ids", id="view.token_ids", priority=True),
-        Binding("f6", "focus_sampler", "Sampler", id="view.focus_sampler", priority=True),
-        Binding("ctrl+t", "next_theme", "Theme", id="view.next_theme", priority=True),
-        Binding("f7", "conversations", "History", id="chat.history", priority=True),
-        Binding("f8", "pick_model", "Models", id="models.pick", priority=True),
-        Binding("f9", "model_card", "Model card", id="models.card", priority=True),
-        Binding("f10", "compare_models", "Compare", id="models.compare", priority=True),
-        Binding(
-            "ctrl+k",
-            "restart_engine",
-            "Restart model",
-            show=False,
-            id="engine.restart",
-            priority=True,
-        ),
-    ]
+class ChatApp(ChatShell):
+    """Chat with a local model and watch tokens, speed and probabilities live. The
+    conversation lives in a ChatSession; this class maps its results and the engine's events
+    to widgets, and keys to its calls."""
 
     def __init__(
         self,
-        engine_factory: Callable[[], object],
+        engine_factory: Callable[[], Engine],
         *,
         settings: SamplerSettings | None = None,
         system_prompt: str = "",
@@ -104,32 +74,23 @@ class ChatApp(ChatActions, App):
         startup_notes: Iterable[str] = (),
         config: Config | None = None,
     ) -> None:
-        super().__init__()
-        self.config = config or Config()  # its presets, model_dirs and [keys] are used here
+        super().__init__(config, settings, model_label, theme_name, remember_theme)
         history = history or ChatHistory(None, self._warn)
         self.session = ChatSession(history, settings, system_prompt)
         self.options = options
         self.startup_notes = list(startup_notes)
         self.engine_factory = engine_factory
         self.engine: Engine | None = None  # set when loaded; the session gets it when ready
-        self.model_label = model_label
         self.reply: Reply | None = None
         self.last_reply: Reply | None = None
         self._reply_ids = 0
         self._reply_pending = False  # a user turn waits for the model to (re)load
         self._loading = False
         self.load_error: str | None = None  # why the last load failed (None: it did not)
-        self._remember_theme = remember_theme
-        self._wanted_theme = theme_name
-        self.theme_problems: list[str] = []
         self.first_paint_s: list[float] = []  # submit -> first token painted, per reply
-        self._prompt_len = 0
         self.paint_log: list[tuple[float, int]] = []  # (UI time, tokens) per batch shown
-        self._unshown: list[Token] = []  # tokens of the reply not yet in the side panels
-        self._panels_at = 0.0  # when the side panels were last redrawn
-        self._panels_timer = None
         self.cadence = SMOOTH  # how often a streaming reply is drawn (set per model)
-        self._prompt_event: PromptEvaluated | None = None  # not yet in the panels
+        self.panels: PanelFeed  # (made on mount, from the panels' widgets)
 
     # ---- the session's state, as the widgets and tests read it -----------------------------
 
@@ -173,71 +134,17 @@ class ChatApp(ChatActions, App):
     def ignore_eos(self, value: bool) -> None:
         self.session.ignore_eos = value
 
-    # ---- layout ---------------------------------------------------------------------------
-
-    def compose(self) -> ComposeResult:
-        yield Header()
-        with Horizontal(id="main"):
-            with Vertical(id="left"):
-                yield ChatView(id="chat")
-                yield Static("", id="status-line")
-                yield PromptInput(id="prompt")
-            with Vertical(id="side"):
-                stats = StatsPanel(id="stats")
-                stats.border_title = "Speed"
-                yield stats
-                with TabbedContent(id="tabs", initial="tab-probs"):
-                    with TabPane("Next token", id="tab-probs"):
-                        with VerticalScroll():
-                            yield ProbPanel(id="probs")
-                    with TabPane("Tokens", id="tab-tokens"):
-                        yield TokenPanel(id="tokens")
-                sampler = SamplerPanel(
-                    self.settings, presets=self.config.all_presets(), id="sampler"
-                )
-                sampler.border_title = "Sampler (live)"
-                yield sampler
-        yield Footer()
+    # ---- the engine -----------------------------------------------------------------------
 
     def on_mount(self) -> None:
-        self.set_keymap(self.config.keymap)  # [keys]: binding id -> key
-        self._register_themes()
-        self.sub_title = self.model_label
-        self.query_one("#probs", ProbPanel).settings = self.settings
-        self.query_one("#prompt", PromptInput).focus()
-        self.call_after_refresh(_settle_gc)
+        self.panels = PanelFeed(self, self.token_panel, self.probs, self.stats_panel)
+        self.setup_view()
         for note in self.startup_notes:
             self.notify(note, title="Config", severity="warning", timeout=10)
         self.start_engine()
 
     def _warn(self, message: str) -> None:
         self.notify(message, title="History", severity="warning", timeout=10)
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # App keys are priority bindings (they win over the text box's own ctrl and F keys),
-        # but not while a dialog is open.
-        if isinstance(self.screen, ModalScreen) and action in _APP_ACTIONS:
-            return False
-        return True
-
-    def get_theme_variable_defaults(self) -> dict[str, str]:
-        """Panel colours for themes that do not set them (Textual's built-in ones)."""
-        return dict(themes.PANEL_DEFAULTS)
-
-    def _register_themes(self) -> None:
-        found, self.theme_problems = themes.discover()
-        for theme in found:
-            self.register_theme(theme)
-        wanted = self._wanted_theme or themes.DEFAULT_THEME
-        self.theme = wanted if wanted in self.available_themes else themes.DEFAULT_THEME
-        for problem in self.theme_problems:
-            self.notify(problem, title="Theme file skipped", severity="warning")
-
-    def watch_theme(self, name: str) -> None:
-        if self._remember_theme is not None and self.is_mounted:
-            self._remember_theme(name)
-
-    # ---- the engine -----------------------------------------------------------------------
 
     def start_engine(self) -> None:
         if self._loading:
@@ -271,7 +178,7 @@ class ChatApp(ChatActions, App):
     def on_engine_ready(self, message: EngineReady) -> None:
         self._loading = False
         self.session.attach(self.engine, message.info)
-        self.cadence = cadence_for(message.info, physical_cores())
+        self.cadence = self.panels.cadence = cadence_for(message.info, physical_cores())
         self.stats_panel.info = message.info
         self.stats_panel.stats = LiveStats(state="ready", n_ctx=message.info.n_ctx)
         name = Path(message.info.path).name
@@ -337,18 +244,10 @@ class ChatApp(ChatActions, App):
         self.reply = reply
         self._blink(False)  # a blinking cursor is two frames a second that the model pays for
         self.paint_log = []
-        self._cancel_panels_timer()  # (the last reply's finish flushed its panels)
-        self._prompt_event = None
-        self._unshown = []
-        self._panels_at = 0.0
         prepared = self.session.prepare(reply.tokens)
         self._show_left_out(item, prepared.dropped)
-        self.probs.step = None
-        self.token_panel.reset_reply([_shown(t) for t in reply.tokens])
-        self.stats_panel.speeds = ()
-        self.stats_panel.stats = self.stats_panel.stats.but(
-            state="generating", stop_reason="", tokens=len(reply.tokens), decode_tps=None
-        )
+        self.panels.settings = self.settings
+        self.panels.start(reply)
         self.set_status("generating… (Esc stops)")
         self._stream(prepared.request, reply.id)
 
@@ -373,22 +272,7 @@ class ChatApp(ChatActions, App):
     # ---- events from the generation thread -----------------------------------------------
 
     def on_prompt_shown(self, message: PromptShown) -> None:
-        # Shown with the panels, after the first token is on screen: a frame drawing the
-        # prompt's tokens would otherwise delay that first paint.
-        self._prompt_len = len(message.event.tokens)
-        self._prompt_event = message.event
-        if self.reply is None:
-            self._refresh_panels()
-
-    def _show_prompt(self, ev: PromptEvaluated) -> None:
-        self.token_panel.set_prompt(
-            [ShownToken(t.id, t.piece, special=t.special) for t in ev.tokens]
-        )
-        self.stats_panel.stats = self.stats_panel.stats.but(
-            prefill_tps=(ev.n_new / ev.prefill_s) if ev.prefill_s > 0 else None,
-            prompt_new=ev.n_new,
-            prompt_reused=ev.n_reused,
-        )
+        self.panels.prompt(message.event)
 
     async def on_tokens_arrived(self, message: TokensArrived) -> None:
         reply = self.reply
@@ -401,46 +285,8 @@ class ChatApp(ChatActions, App):
         self.session.took(message.tokens)
         if first and reply.first_paint_s is None:
             self.call_after_refresh(self._record_first_paint, reply)
-        self._unshown.extend(message.tokens)
-        wait = self._panels_at + self.cadence.panels_s - time.perf_counter()
-        if first:
-            self._panels_at = time.perf_counter()  # the next batches wait for the interval
-            self.call_after_refresh(self._refresh_panels)  # the first token's frame stays small
-        elif wait <= 0:
-            self._refresh_panels()
-        elif self._panels_timer is None:
-            self._panels_timer = self.set_timer(wait, self._refresh_panels)
-
-    def _cancel_panels_timer(self) -> None:
-        if self._panels_timer is not None:
-            self._panels_timer.stop()
-            self._panels_timer = None
-
-    def _refresh_panels(self) -> None:
-        """Bring the side panels up to the reply's latest token."""
-        self._cancel_panels_timer()
-        reply = self.reply
-        self._panels_at = time.perf_counter()
-        if self._prompt_event is not None:
-            self._show_prompt(self._prompt_event)
-            self._prompt_event = None
-        if reply is None or not self._unshown:
-            return
-        new, self._unshown = self._unshown, []
-        self.token_panel.add_reply([_shown(t) for t in new])
-        last = new[-1]
-        if self.probs.step is None:
-            self.probs.settings = self.settings
-            self.probs.chosen = last.id
-            self.probs.candidates = last.candidates
-        self.stats_panel.speeds = tuple(reply.speeds[-SPARK_POINTS:])  # not the whole reply
-        self.stats_panel.stats = self.stats_panel.stats.but(
-            ttft_s=reply.ttft_s,
-            decode_tps=reply.decode_tps,
-            tokens=len(reply.tokens),
-            n_past=self._prompt_len + len(reply.tokens),
-            first_paint_s=reply.first_paint_s,
-        )
+        self.panels.settings = self.settings
+        self.panels.took(message.tokens, first)
 
     def _record_first_paint(self, reply: Reply) -> None:
         reply.first_paint_s = time.perf_counter() - reply.submitted
@@ -460,7 +306,7 @@ class ChatApp(ChatActions, App):
         reply = self.reply
         if reply is None or message.reply_id != reply.id:
             return
-        self._refresh_panels()
+        self.panels.end()
         ev = message.event
         reply.finished = ev
         st = ev.stats
@@ -482,7 +328,7 @@ class ChatApp(ChatActions, App):
         reply = self.reply
         if reply is None or message.reply_id != reply.id:
             return
-        self._refresh_panels()
+        self.panels.end()
         text = self.session.failed(message.message)  # what it wrote so far stays
         note = f"⚠ {message.message}"
         if message.log_tail:
@@ -506,13 +352,13 @@ class ChatApp(ChatActions, App):
         self.last_reply = self.reply
         self.reply = None
         self._blink(True)
-        self.call_after_refresh(_settle_gc)
+        self.call_after_refresh(settle_gc)
 
     def _blink(self, on: bool) -> None:
         if self.cadence is LIGHT:
             self.query_one("#prompt", PromptInput).cursor_blink = on
 
-    # ---- actions ----------------------------------------------------------------------------
+    # ---- the conversation -----------------------------------------------------------------
 
     def action_stop(self) -> None:
         if self.reply is None or self.engine is None:
@@ -526,7 +372,145 @@ class ChatApp(ChatActions, App):
         if self.reply is not None and self.reply.id == reply_id:
             self.session.kill()  # the generation thread then reports the worker as crashed
 
-    # ---- panels -----------------------------------------------------------------------------
+    async def action_regenerate(self) -> None:
+        if self.reply is not None or not self.conversation:
+            return
+        if self.session.drop_last_reply():
+            items = self.chat.items()
+            if items and items[-1].role == "assistant":
+                await items[-1].remove()
+        await self._generate()
+
+    async def action_edit_last(self) -> None:
+        if self.reply is not None:
+            return
+        text = self.session.take_last_user()
+        if text is None:
+            return
+        items = self.chat.items()
+        user_items = [i for i, it in enumerate(items) if it.role == "user"]
+        for it in items[user_items[-1] :]:
+            await it.remove()
+        prompt = self.query_one("#prompt", PromptInput)
+        prompt.text = text
+        prompt.focus()
+        self.set_status("editing your last message: Enter sends it again")
+
+    async def action_continue_reply(self) -> None:
+        last = self.last_reply
+        if self.reply is not None or last is None or not self.conversation:
+            return
+        if not self.session.drop_last_reply():
+            return
+        await self._generate(prefix=list(last.tokens), item=last.item)
+
+    async def action_rewind(self) -> None:
+        """Cut the last reply at the selected token and sample again from there."""
+        last = self.last_reply
+        cursor = self.token_panel.strip.cursor
+        if self.reply is not None or last is None or cursor is None or self.token_panel.show_prompt:
+            self.notify("Select a token of the last reply in the Tokens tab first.")
+            return
+        self.session.drop_last_reply()
+        keep = list(last.tokens[:cursor])
+        await last.item.finish("".join(t.text for t in keep))
+        await self._generate(prefix=keep, item=last.item)
+
+    async def action_new_chat(self) -> None:
+        if self.reply is not None:
+            return
+        self.session.new_chat()
+        self.last_reply = None
+        await self.chat.clear()
+        self.token_panel.reset_reply()
+        self.probs.candidates = ()
+        self.set_status("new chat")
+
+    # ---- dialogs --------------------------------------------------------------------------
+
+    def action_system_prompt(self) -> None:
+        def done(text: str | None) -> None:
+            if text is not None:
+                self.session.set_system_prompt(text)
+                self.set_status("system prompt set" if text else "system prompt cleared")
+
+        self.push_screen(SystemPromptScreen(self.system_prompt), done)
+
+    def action_conversations(self) -> None:
+        if self.reply is not None:
+            self.notify("Stop the reply first (Esc).")
+            return
+        if self.history.store is None:
+            self.notify("History is not available in this session.", severity="warning")
+            return
+
+        async def done(choice: Choice | None) -> None:
+            if choice is None:
+                return
+            await self.action_new_chat()
+            if choice.conversation_id is not None:
+                await self.resume(choice.conversation_id)
+
+        self.push_screen(ConversationsScreen(self.history.store), done)
+
+    async def resume(self, conversation_id: int) -> None:
+        """Open a saved conversation where it was: its messages, system prompt, settings, model."""
+        try:
+            conv, kept = self.session.resume(conversation_id)
+        except StoreError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        if conv.sampler is not None:
+            self.sampler.settings = conv.sampler
+            self.sampler.sync_sliders()
+        await self.chat.add_items([MessageView(m.role, m.text, stored_footer(m)) for m in kept])
+        self.set_status(f"resumed: {conv.title} ({len(kept)} messages)")
+        loaded = self.info.path if self.info else None
+        if conv.model_path and self.options and conv.model_path != loaded:
+            if Path(conv.model_path).is_file():
+                self.switch_model(dataclasses.replace(self.options, model_path=conv.model_path))
+            else:
+                self.notify(
+                    f"this chat was made with {conv.model_path}, which is gone; "
+                    "continuing with the loaded model",
+                    severity="warning",
+                )
+
+    def switch_model(self, options: LoadOptions) -> None:
+        """Load another model file (the conversation stays)."""
+        from chatapp.engine.factory import make_engine
+        from chatapp.ui.streaming import WORKER_NICE
+
+        self.options = options
+        self.engine_factory = lambda: make_engine(options, nice=WORKER_NICE)
+        self.start_engine()
+
+    def action_pick_model(self) -> None:
+        if self.options is None:
+            self.notify("Connected to a server: there is no local model to switch.")
+            return
+        if self.reply is not None or self._loading:
+            self.notify("Wait for the reply (Esc stops it) or the load to finish first.")
+            return
+
+        def done(options: LoadOptions | None) -> None:
+            if options is not None:
+                self.model_label = Path(options.model_path).name
+                self.switch_model(options)  # the conversation stays
+
+        self.push_screen(ModelPickerScreen(self.options, config_dirs=self.config.model_dirs), done)
+
+    def action_model_card(self) -> None:
+        if self.info is None:
+            self.notify("No model is loaded yet.")
+            return
+        self.push_screen(ModelCardScreen.from_info(self.info))
+
+    def action_compare_models(self) -> None:
+        source = self.info.path if self.info else (self.options and self.options.model_path)
+        self.push_screen(CompareScreen(source=source or None))
+
+    # ---- panels ---------------------------------------------------------------------------
 
     @on(SamplerPanel.SettingsChanged)
     def on_settings_changed(self, message: SamplerPanel.SettingsChanged) -> None:
@@ -568,83 +552,6 @@ class ChatApp(ChatActions, App):
         shown = [ShownToken(p.id, p.piece, special=p.special) for p in pieces]
         self.call_from_thread(self.token_panel.show_typed, shown)
 
-    # ---- helpers ----------------------------------------------------------------------------
-
-    @property
-    def chat(self) -> ChatView:
-        return self.query_one("#chat", ChatView)
-
-    @property
-    def probs(self) -> ProbPanel:
-        return self.query_one("#probs", ProbPanel)
-
-    @property
-    def token_panel(self) -> TokenPanel:
-        return self.query_one("#tokens", TokenPanel)
-
-    @property
-    def stats_panel(self) -> StatsPanel:
-        return self.query_one("#stats", StatsPanel)
-
-    @property
-    def sampler(self) -> SamplerPanel:
-        return self.query_one("#sampler", SamplerPanel)
-
-    def set_status(self, text: str, error: bool = False) -> None:
-        line = self.query_one("#status-line", Static)
-        line.update(text, layout=False)  # one line, fixed height
-        line.set_class(error, "error")
-
-    def _binding_rows(self) -> list[tuple[str, str, str]]:
-        rows = [
-            ("enter", "Send the message", "prompt.submit"),
-            ("alt+enter / ctrl+j", "New line in the message", "prompt.newline"),
-        ]
-        for b in self.BINDINGS:
-            rows.append((b.key, b.description, b.id or ""))
-        rows += [
-            ("←/→ (Tokens tab)", "Move the token cursor", "tokens.left/right"),
-            ("←/→ (slider)", "Change a sampler value; shift = ×10", "slider.less/more"),
-            ("ctrl+p", "Command palette", "app.command_palette"),
-            ("ctrl+q", "Quit", "app.quit"),
-        ]
-        return rows
-
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        for b in self.BINDINGS:
-            action = b.action
-            yield SystemCommand(
-                b.description, f"{b.description} ({b.key})", lambda a=action: self.run_action(a)
-            )
-        for name in self.sampler.presets:
-            yield SystemCommand(
-                f"Preset: {name}",
-                f"Sampler preset {name}",
-                lambda n=name: self.sampler.apply_preset(n),
-            )
-
     async def on_unmount(self) -> None:
         if self.engine is not None:
             self.engine.close()
-
-
-_APP_ACTIONS = {b.action for b in ChatApp.BINDINGS if b.key != "escape"}
-
-
-def _settle_gc() -> None:
-    """Collect now (between replies) and freeze what survives: the long-lived widgets then cost
-    nothing in the collections that would otherwise pause the UI >100 ms while streaming."""
-    gc.collect()
-    gc.freeze()
-
-
-def _shown(tok: Token) -> ShownToken:
-    return ShownToken(tok.id, tok.piece, tok.logprob)
-
-
-def run_chat_app(options: LoadOptions, server: str | None = None, **kwargs) -> None:
-    """Open the TUI on a local model (or a server)."""
-    from chatapp.ui.launch import build_app
-
-    build_app(options, server=server, **kwargs).run()

@@ -71,3 +71,8 @@ def build_app(
     )
     history.warn = app._warn
     return app
+
+
+def run_chat_app(options: LoadOptions, server: str | None = None, **kwargs) -> None:
+    """Open the TUI on a local model (or a server)."""
+    build_app(options, server=server, **kwargs).run()

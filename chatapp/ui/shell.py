@@ -1,0 +1,225 @@
+"""The chat app's view: layout, key bindings, themes, panel toggles and the help they show."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterable
+
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+
+from chatapp.config import Config
+from chatapp.sampling import SamplerSettings
+from chatapp.ui import themes
+from chatapp.ui.prompt_input import PromptInput
+from chatapp.ui.screens.help import HelpScreen
+from chatapp.ui.widgets.chat import ChatView
+from chatapp.ui.widgets.probs import ProbPanel
+from chatapp.ui.widgets.sampler import SamplerPanel
+from chatapp.ui.widgets.stats import StatsPanel
+from chatapp.ui.widgets.tokens import TokenPanel
+
+
+class ChatShell(App):
+    """The screen of the chat and what only changes the view. ChatApp adds the conversation,
+    the model and the reply's flow on top."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "chatapp"
+    BINDINGS = [
+        Binding("escape", "stop", "Stop", id="chat.stop"),
+        Binding("ctrl+r", "regenerate", "Regenerate", id="chat.regenerate", priority=True),
+        Binding("ctrl+e", "edit_last", "Edit last", id="chat.edit_last", priority=True),
+        Binding("ctrl+o", "continue_reply", "Continue", id="chat.continue", priority=True),
+        Binding("ctrl+w", "rewind", "Rewind here", id="chat.rewind", priority=True),
+        Binding("ctrl+n", "new_chat", "New chat", id="chat.new", priority=True),
+        Binding("f1", "help", "Help", id="app.help", priority=True),
+        Binding("f2", "system_prompt", "System", id="chat.system_prompt", priority=True),
+        Binding("f3", "toggle_side", "Panels", id="view.toggle_side", priority=True),
+        Binding(
+            "f4", "toggle_prompt_tokens", "Prompt tokens", id="view.prompt_tokens", priority=True
+        ),
+        Binding("f5", "toggle_ids", "Token ids", id="view.token_ids", priority=True),
+        Binding("f6", "focus_sampler", "Sampler", id="view.focus_sampler", priority=True),
+        Binding("ctrl+t", "next_theme", "Theme", id="view.next_theme", priority=True),
+        Binding("f7", "conversations", "History", id="chat.history", priority=True),
+        Binding("f8", "pick_model", "Models", id="models.pick", priority=True),
+        Binding("f9", "model_card", "Model card", id="models.card", priority=True),
+        Binding("f10", "compare_models", "Compare", id="models.compare", priority=True),
+        Binding(
+            "ctrl+k",
+            "restart_engine",
+            "Restart model",
+            show=False,
+            id="engine.restart",
+            priority=True,
+        ),
+    ]
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        settings: SamplerSettings | None = None,
+        model_label: str = "",
+        theme_name: str | None = None,
+        remember_theme: Callable[[str], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config or Config()  # its presets, model_dirs and [keys] are used here
+        self.initial_settings = settings or SamplerSettings()
+        self.model_label = model_label
+        self._remember_theme = remember_theme
+        self._wanted_theme = theme_name
+        self.theme_problems: list[str] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                yield ChatView(id="chat")
+                yield Static("", id="status-line")
+                yield PromptInput(id="prompt")
+            with Vertical(id="side"):
+                stats = StatsPanel(id="stats")
+                stats.border_title = "Speed"
+                yield stats
+                with TabbedContent(id="tabs", initial="tab-probs"):
+                    with TabPane("Next token", id="tab-probs"):
+                        with VerticalScroll():
+                            yield ProbPanel(id="probs")
+                    with TabPane("Tokens", id="tab-tokens"):
+                        yield TokenPanel(id="tokens")
+                sampler = SamplerPanel(
+                    self.initial_settings, presets=self.config.all_presets(), id="sampler"
+                )
+                sampler.border_title = "Sampler (live)"
+                yield sampler
+        yield Footer()
+
+    def setup_view(self) -> None:
+        """Keys, themes, title and focus, once mounted."""
+        self.set_keymap(self.config.keymap)  # [keys]: binding id -> key
+        self._register_themes()
+        self.sub_title = self.model_label
+        self.probs.settings = self.initial_settings
+        self.query_one("#prompt", PromptInput).focus()
+        self.call_after_refresh(settle_gc)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # App keys are priority bindings (they win over the text box's own ctrl and F keys),
+        # but not while a dialog is open.
+        if isinstance(self.screen, ModalScreen) and action in _APP_ACTIONS:
+            return False
+        return True
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        """Panel colours for themes that do not set them (Textual's built-in ones)."""
+        return dict(themes.PANEL_DEFAULTS)
+
+    def _register_themes(self) -> None:
+        found, self.theme_problems = themes.discover()
+        for theme in found:
+            self.register_theme(theme)
+        wanted = self._wanted_theme or themes.DEFAULT_THEME
+        self.theme = wanted if wanted in self.available_themes else themes.DEFAULT_THEME
+        for problem in self.theme_problems:
+            self.notify(problem, title="Theme file skipped", severity="warning")
+
+    def watch_theme(self, name: str) -> None:
+        if self._remember_theme is not None and self.is_mounted:
+            self._remember_theme(name)
+
+    # ---- view actions ---------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self._binding_rows()))
+
+    def action_toggle_side(self) -> None:
+        side = self.query_one("#side")
+        side.display = not side.display
+
+    def action_toggle_prompt_tokens(self) -> None:
+        self.query_one(TabbedContent).active = "tab-tokens"
+        self.token_panel.show_prompt = not self.token_panel.show_prompt
+
+    def action_toggle_ids(self) -> None:
+        self.token_panel.toggle_ids()
+
+    def action_focus_sampler(self) -> None:
+        self.query_one("#slider-temperature").focus()
+
+    def action_next_theme(self) -> None:
+        names = sorted(self.available_themes)
+        ours = [n for n in names if n.startswith("chatapp-")] or names
+        i = ours.index(self.theme) if self.theme in ours else -1
+        self.theme = ours[(i + 1) % len(ours)]
+        self.notify(f"theme: {self.theme}")
+
+    # ---- widgets ----------------------------------------------------------------------------
+
+    @property
+    def chat(self) -> ChatView:
+        return self.query_one("#chat", ChatView)
+
+    @property
+    def probs(self) -> ProbPanel:
+        return self.query_one("#probs", ProbPanel)
+
+    @property
+    def token_panel(self) -> TokenPanel:
+        return self.query_one("#tokens", TokenPanel)
+
+    @property
+    def stats_panel(self) -> StatsPanel:
+        return self.query_one("#stats", StatsPanel)
+
+    @property
+    def sampler(self) -> SamplerPanel:
+        return self.query_one("#sampler", SamplerPanel)
+
+    def set_status(self, text: str, error: bool = False) -> None:
+        line = self.query_one("#status-line", Static)
+        line.update(text, layout=False)  # one line, fixed height
+        line.set_class(error, "error")
+
+    def _binding_rows(self) -> list[tuple[str, str, str]]:
+        rows = [
+            ("enter", "Send the message", "prompt.submit"),
+            ("alt+enter / ctrl+j", "New line in the message", "prompt.newline"),
+        ]
+        for b in self.BINDINGS:
+            rows.append((b.key, b.description, b.id or ""))
+        rows += [
+            ("←/→ (Tokens tab)", "Move the token cursor", "tokens.left/right"),
+            ("←/→ (slider)", "Change a sampler value; shift = ×10", "slider.less/more"),
+            ("ctrl+p", "Command palette", "app.command_palette"),
+            ("ctrl+q", "Quit", "app.quit"),
+        ]
+        return rows
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for b in self.BINDINGS:
+            action = b.action
+            yield SystemCommand(
+                b.description, f"{b.description} ({b.key})", lambda a=action: self.run_action(a)
+            )
+        for name in self.sampler.presets:
+            yield SystemCommand(
+                f"Preset: {name}",
+                f"Sampler preset {name}",
+                lambda n=name: self.sampler.apply_preset(n),
+            )
+
+
+_APP_ACTIONS = {b.action for b in ChatShell.BINDINGS if b.key != "escape"}
+
+
+def settle_gc() -> None:
+    """Collect now (between replies) and freeze what survives: the long-lived widgets then cost
+    nothing in the collections that would otherwise pause the UI >100 ms while streaming."""
+    gc.collect()
+    gc.freeze()
