@@ -4,15 +4,14 @@ settings that every command takes from config.toml."""
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import gguf_builders
 import pytest
 from scripted_engine import ScriptedEngine
+from test_cli import chatapp
+from test_ui import wait_until
 
 from chatapp import paths
 from chatapp.cli import load_options, resolve_server, sampler_settings
@@ -30,16 +29,6 @@ pytestmark = pytest.mark.usefixtures("fresh_dirs")
 SIZE = (120, 40)
 
 
-def chatapp(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "chatapp.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
-    )
-
-
 def _write_config(text: str) -> Path:
     path = paths.config_file()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -52,14 +41,6 @@ def _models_dir(root: Path) -> tuple[Path, Path]:
     folder = root / "my-models"
     (folder / "sub").mkdir(parents=True)
     return folder, gguf_builders.write(folder / "sub", gguf_builders.build(), "tiny.gguf")
-
-
-async def wait_until(pilot, predicate, timeout: float = 20.0) -> None:
-    for _ in range(int(timeout / 0.02)):
-        if predicate():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError("condition not reached in time")
 
 
 # ---- model_dirs ------------------------------------------------------------------------------

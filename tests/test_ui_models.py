@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_ui import wait_until
 from textual.app import App
 from textual.widgets import Button, DataTable, Input, SelectionList, Static
 
@@ -40,14 +41,6 @@ class Host(App):
 
     def on_mount(self) -> None:
         self.push_screen(self.first, self.results.append)
-
-
-async def wait_until(pilot, predicate, timeout: float = 20.0) -> None:
-    for _ in range(int(timeout / 0.02)):
-        if predicate():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError("condition not reached in time")
 
 
 def text_of(widget: Static) -> str:
