@@ -189,7 +189,7 @@ async def test_tui(name, tmp_path, monkeypatch):
     options = LoadOptions(model_path=str(path), n_ctx=512, n_gpu_layers=0)
     app = ChatApp(lambda: LocalEngine(options))
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: not app._loading, timeout=60)  # noqa: SLF001
+        await wait_until(pilot, lambda: not app._loading, timeout=60)
         if expected is None:
             assert status(app).startswith(f"ready: {path.name} loaded in ")
             app.settings = app.settings.with_(max_tokens=3, temperature=0.0)

@@ -345,7 +345,7 @@ def real_std_streams():
             except (OSError, ValueError, AttributeError):
                 ok = False
             if not ok:
-                devnull = devnull or open(os.devnull, "w")  # noqa: SIM115
+                devnull = devnull or open(os.devnull, "w")
                 setattr(sys, name, devnull)
         yield
     finally:

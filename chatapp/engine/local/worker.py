@@ -23,7 +23,7 @@ def main(
     log_start = os.path.getsize(log_path)
     try:
         worker = Worker(options)
-    except Exception as exc:  # noqa: BLE001 - every load failure becomes one message
+    except Exception as exc:  # every load failure becomes one message
         reason = _load_error(options.model_path, exc, read_since(log_path, log_start))
         conn.send(("load_failed", reason))
         return
@@ -66,8 +66,8 @@ def redirect_output(log_path: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
 
 
 def _load_error(path: str, exc: Exception, log_text: str = "") -> str:

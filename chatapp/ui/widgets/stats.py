@@ -11,7 +11,7 @@ from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import Sparkline, Static
 
-from chatapp.engine.protocol import ModelInfo
+from chatapp.engine.protocol import ModelInfo, gpu_layer_total
 
 SPARK_POINTS = 60  # the sparkline shows the speed of the last this many tokens
 
@@ -120,7 +120,9 @@ class StatsPanel(Vertical):
         )
         if info is not None:
             gpu = (
-                f"{info.n_gpu_layers}/{info.n_layers + 1}" if info.gpu_offload_supported else "cpu"
+                f"{info.n_gpu_layers}/{gpu_layer_total(info.n_layers)}"
+                if info.gpu_offload_supported
+                else "cpu"
             )
             t.add_row("load", f"{info.load_s:.2f} s", "gpu layers", gpu)
             t.add_row("threads", run_settings(info), "", "")
