@@ -16,6 +16,8 @@ from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions
 from chatapp.sampling import SamplerSettings
 from chatapp.ui.app import ChatApp
 
+pytestmark = pytest.mark.slow  # every test here runs the real model (with odd templates)
+
 FAILED = "the model's chat template failed ({}); using a plain template"
 NOTES = {
     "raises": FAILED.format("this template always fails"),

@@ -9,7 +9,7 @@ from multiprocessing.connection import Connection
 from chatapp.engine.local import side_pipe
 from chatapp.engine.local.loaded_model import Worker
 from chatapp.engine.local.token_loop import Generation
-from chatapp.engine.local.worker_log import load_error_from_log, read_since
+from chatapp.engine.local.worker_log import WorkerLog, load_error_from_log
 from chatapp.engine.protocol import LoadOptions
 
 
@@ -20,11 +20,12 @@ def main(
     redirect_output(log_path)
     if nice > 0:
         _lower_priority(nice)
-    log_start = os.path.getsize(log_path)
+    log = WorkerLog(log_path)
+    log.mark()
     try:
         worker = Worker(options)
     except Exception as exc:  # every load failure becomes one message
-        reason = _load_error(options.model_path, exc, read_since(log_path, log_start))
+        reason = _load_error(options.model_path, exc, log.text())
         conn.send(("load_failed", reason))
         return
     conn.send(("warming_up",))  # a crash from here on is the backend's first compute
@@ -38,8 +39,7 @@ def main(
             )
         )
         return
-    log = read_since(log_path, log_start)
-    conn.send(("loaded", worker.described(log)))
+    conn.send(("loaded", worker.described(log.text())))
     side_pipe.start(worker, side)
     serve(worker, conn)
 
