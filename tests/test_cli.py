@@ -20,6 +20,7 @@ def chatapp(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_ask_streams_reply_and_stats_line():
     r = chatapp("ask", "Say hi.", "--temperature", "0", "--max-tokens", "16", "--threads", "2")
     assert r.returncode == 0, r.stderr
@@ -28,6 +29,7 @@ def test_ask_streams_reply_and_stats_line():
     assert last.startswith("TTFT ") and "decode" in last and "stop:" in last
 
 
+@pytest.mark.slow
 def test_ask_json_has_the_documented_keys():
     r = chatapp("ask", "Say hi.", "--json", "--temperature", "0", "--max-tokens", "8")
     assert r.returncode == 0, r.stderr
@@ -63,6 +65,7 @@ def test_ask_json_has_the_documented_keys():
     }
 
 
+@pytest.mark.slow
 def test_ask_honours_the_config_sampler_and_the_flags(fresh_dirs):
     config = fresh_dirs / "config" / "config.toml"
     config.parent.mkdir(parents=True)
@@ -77,6 +80,7 @@ def test_ask_honours_the_config_sampler_and_the_flags(fresh_dirs):
     assert settings["flash_attn"] is False and settings["repack"] is False
 
 
+@pytest.mark.slow
 def test_tune_measures_saves_and_the_next_load_uses_it(fresh_dirs):
     r = chatapp("tune", "--depth", "0", "--depth", "64", "--tokens", "8", "--ctx", "256", "--json")
     assert r.returncode == 0, r.stderr
@@ -96,6 +100,7 @@ def test_tune_measures_saves_and_the_next_load_uses_it(fresh_dirs):
     assert (settings["flash_attn"], settings["threads"]) == (best["flash_attn"], best["threads"])
 
 
+@pytest.mark.slow
 def test_tokenize_prints_ids_and_pieces():
     r = chatapp("tokenize", "Hello world", "--json")
     assert r.returncode == 0, r.stderr
@@ -138,6 +143,7 @@ def test_not_a_gguf_file_via_cli(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_bench_measures_every_contender_and_pairs_the_ratios():
     r = chatapp(
         "bench", "--reps", "2", "--tokens", "16", "--prompt-tokens", "32", "--json", timeout=300

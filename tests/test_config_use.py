@@ -204,6 +204,7 @@ def test_load_options_given_then_config_then_defaults(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_ask_takes_its_load_and_sampler_settings_from_the_config():
     _write_config(
         "n_ctx = 512\nthreads = 1\nrepack = false\n[sampler]\ntemperature = 0.0\nmax_tokens = 3\n"

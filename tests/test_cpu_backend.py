@@ -28,6 +28,7 @@ def _options(path: str, **kw) -> LoadOptions:
     return LoadOptions(model_path=path, n_ctx=256, n_gpu_layers=0, **kw)
 
 
+@pytest.mark.slow
 def test_a_crash_in_warm_up_restarts_without_extra_buffers_and_remembers(
     repacked_model, fresh_dirs, monkeypatch
 ):
@@ -65,6 +66,7 @@ def test_a_crash_in_warm_up_restarts_without_extra_buffers_and_remembers(
         again.close()
 
 
+@pytest.mark.slow
 def test_a_crash_in_the_first_reply_names_the_cause_and_the_next_start_avoids_it(
     repacked_model, fresh_dirs, monkeypatch
 ):
@@ -91,6 +93,7 @@ def test_a_crash_in_the_first_reply_names_the_cause_and_the_next_start_avoids_it
         engine.close()
 
 
+@pytest.mark.slow
 def test_repack_asked_for_by_hand_is_not_overridden(repacked_model, fresh_dirs, monkeypatch):
     monkeypatch.setenv(CPU_FAULT_ENV, "SIGSEGV")
     engine = LocalEngine(_options(repacked_model, repack=True))
@@ -106,6 +109,7 @@ def test_repack_asked_for_by_hand_is_not_overridden(repacked_model, fresh_dirs, 
     assert machine.repack_crashes() == ""
 
 
+@pytest.mark.slow
 def test_sigill_names_a_missing_instruction_and_the_rebuild(model_path, fresh_dirs, monkeypatch):
     monkeypatch.setenv(CPU_FAULT_ENV, "SIGILL:always")
     engine = LocalEngine(_options(model_path))

@@ -19,6 +19,8 @@ from chatapp.engine.protocol import (
 )
 from chatapp.sampling import SamplerSettings
 
+pytestmark = pytest.mark.slow  # every test here runs the real model
+
 GREEDY = SamplerSettings(temperature=0.0, max_tokens=24)
 
 
@@ -48,6 +50,13 @@ def test_reply_streams_tokens_then_finishes(engine):
     assert end.stats.completion_tokens == len(tokens)
     assert end.stats.ttft_s is not None and end.stats.ttft_s > 0
     assert end.reason in (StopReason.EOG, StopReason.MAX_TOKENS)
+
+
+def test_the_loaded_model_names_its_quant_from_the_header(engine):
+    # gguf_info.quant_name, as `chatapp inspect` and the history do (not llama.cpp's
+    # description, whose last word is "Medium" for a Q4_K_M file).
+    assert engine.info.quant == "Q4_1"
+    assert engine.info.n_layers == 30 and engine.info.n_gpu_layers == 0
 
 
 def test_greedy_is_deterministic(engine):

@@ -95,6 +95,29 @@ def test_minimal_file_is_valid(tmp_path):
     assert card.quant == "guessed F32" or card.quant == "unknown"
 
 
+def test_quant_name_comes_from_the_file_type_then_the_file_name(tmp_path):
+    from chatapp.models.gguf_info import file_quant, quant_name
+
+    # The bundled model's header says Q4_1 (general.file_type 3), as its name does.
+    assert read_header(smollm2_path()).metadata["general.file_type"] == 3
+    assert file_quant(smollm2_path()) == "Q4_1"
+    base = [kv_str("general.architecture", "llama"), kv_u32("llama.block_count", 1)]
+    # The header wins over a file name that says otherwise.
+    typed = write(tmp_path, build(kvs=[*base, kv_u32("general.file_type", 15)]), "x.Q8_0.gguf")
+    assert file_quant(typed) == "Q4_K_M" and inspect(typed).quant == "Q4_K_M"
+    # No file type in the header (or one the table lacks): the file name says.
+    untyped = write(tmp_path, build(kvs=base), "SmolLM2-135M.q5_k_m.gguf")
+    assert file_quant(untyped) == "Q5_K_M" and inspect(untyped).quant == "Q5_K_M"
+    odd = write(tmp_path, build(kvs=[*base, kv_u32("general.file_type", 999)]), "m-F16.gguf")
+    assert file_quant(odd) == "F16"
+    # Neither: '' (the card then guesses from the tensor types).
+    assert file_quant(write(tmp_path, build(kvs=base), "model.gguf")) == ""
+    # Not a GGUF file at all: the name alone; llama-cpp-python's metadata strings work too.
+    junk = write(tmp_path, b"not a model", "gemma-3-270m-IQ4_XS.gguf")
+    assert file_quant(junk) == "IQ4_XS"
+    assert quant_name("15") == "Q4_K_M" and quant_name(None) == ""
+
+
 def test_unknown_architecture_is_a_warning_not_an_error(tmp_path):
     path = write(tmp_path, build(kvs=[kv_str("general.architecture", "frobnicator")]))
     validate(path)

@@ -51,6 +51,7 @@ def test_a_file_that_fails_on_the_cpu_too_raises_the_cpu_error(model_path, fresh
     assert engine.tried == [4, 2, 1, 0]
 
 
+@pytest.mark.slow
 def test_real_engine_on_a_cpu_build_loads_first_time(model_path, fresh_dirs):
     engine = LocalEngine(LoadOptions(model_path=model_path, n_ctx=256, n_gpu_layers=-1))
     try:

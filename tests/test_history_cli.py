@@ -68,7 +68,7 @@ def test_list_and_show(conversation: int, capsys) -> None:
     assert history_show(conversation) == 0
     out = capsys.readouterr().out
     assert "system: Be brief." in out and "  Why is the sky blue?" in out
-    assert "SmolLM2-135M-Instruct.Q4_1.gguf Q4_1 · TTFT 0.07 s · prefill 200.0 t/s" in out
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf Q4_1 · TTFT 73 ms · prefill 200 t/s" in out
     assert "assistant [interrupted]:" in out
     with pytest.raises(StoreError, match="no conversation with id 99"):
         history_show(99)
@@ -81,7 +81,7 @@ def test_export_markdown_has_a_stats_footer(conversation: int, capsys, tmp_path:
     assert "## User\n\nWhy is the sky blue?" in md
     assert "## Assistant\n\nRayleigh scattering." in md
     assert "> model: `SmolLM2-135M-Instruct.Q4_1.gguf` (Q4_1, 0.0 MB, header sha256 " in md
-    assert "> TTFT 0.073 s · prefill 200.0 t/s · decode 80.0 t/s" in md
+    assert "> TTFT 73 ms · prefill 200 t/s · decode 80.0 t/s" in md
     assert "> tokens: 35 prompt, 21 completion" in md
     assert "> stop reason: eog" in md
     assert "> sampler: temperature=0.3, top_k=20, top_p=0.9, min_p=0.1" in md

@@ -107,6 +107,7 @@ def ask(text: str, settings: SamplerSettings = GREEDY, **kw) -> GenerateRequest:
 # ---- the real llama-cpp-python server ---------------------------------------------------
 
 
+@pytest.mark.slow
 def test_start_reports_the_server(engine, server):
     assert engine.kind == "llama-cpp-python"
     assert engine.info is not None
@@ -116,6 +117,7 @@ def test_start_reports_the_server(engine, server):
     assert engine.can_tokenize
 
 
+@pytest.mark.slow
 def test_streams_tokens_with_candidates(engine):
     events = list(engine.generate(ask("Name three colours.", settings=GREEDY.with_(max_tokens=12))))
     kinds = [type(e) for e in events]
@@ -147,6 +149,7 @@ def test_streams_tokens_with_candidates(engine):
     assert any(isinstance(e, Notice) and "approximate" in e.message for e in events)
 
 
+@pytest.mark.slow
 def test_notice_once_and_settings_for_next_reply(engine):
     first = list(engine.generate(ask("Hi", settings=GREEDY.with_(max_tokens=2))))
     assert Notice(SAMPLER_NOTICE) in first
@@ -158,6 +161,7 @@ def test_notice_once_and_settings_for_next_reply(engine):
     assert sum(isinstance(e, Token) for e in second) == 3
 
 
+@pytest.mark.slow
 def test_stop_string_found_client_side(engine):
     prompt, settings = "Count: one, two, three", GREEDY.with_(max_tokens=24)
     text = list(engine.generate(ask(prompt, settings=settings)))[-1].text
@@ -170,6 +174,7 @@ def test_stop_string_found_client_side(engine):
     assert finished.text == text[: text.index(stop)]
 
 
+@pytest.mark.slow
 def test_tokenize(engine):
     text = "Hello <|im_start|> world, ünïcødé 🦙"
     pieces = engine.tokenize(text)
@@ -179,6 +184,7 @@ def test_tokenize(engine):
     assert any(p.piece == b"<|im_start|>" for p in pieces)
 
 
+@pytest.mark.slow
 def test_cancel_stops_promptly(engine):
     got: list = []
     timer: threading.Timer | None = None
@@ -207,6 +213,7 @@ def test_cancel_stops_promptly(engine):
     assert isinstance(again[-1], Finished) and again[-1].reason == StopReason.MAX_TOKENS
 
 
+@pytest.mark.slow
 def test_server_killed_mid_reply(tmp_path):
     with llama_cpp_server(tmp_path) as (url, proc):
         eng = RemoteEngine(url)
@@ -226,6 +233,7 @@ def test_server_killed_mid_reply(tmp_path):
     assert eng.last_partial_text == "".join(t.text for t in tokens)
 
 
+@pytest.mark.slow
 def test_server_without_logprobs_falls_back(tmp_path):
     # This server reports "logprobs is not supported" only by ending the stream empty.
     with llama_cpp_server(tmp_path, "--logits_all", "False") as (url, _proc):
@@ -239,6 +247,7 @@ def test_server_without_logprobs_falls_back(tmp_path):
     assert isinstance(events[-1], Finished) and events[-1].reason == StopReason.MAX_TOKENS
 
 
+@pytest.mark.slow
 def test_context_too_long_on_the_real_server(engine):
     events = list(engine.generate(ask("hello " * 2100, settings=GREEDY.with_(max_tokens=4))))
     assert isinstance(events[-1], Failed)
@@ -248,6 +257,7 @@ def test_context_too_long_on_the_real_server(engine):
     )
 
 
+@pytest.mark.slow
 def test_cli_ask_against_the_server(server, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "chatapp.cli", "ask", "hi", "--server", server,
@@ -290,6 +300,7 @@ def test_missing_key_variable(monkeypatch):
         RemoteEngine("http://127.0.0.1:9", api_key_env="CHATAPP_TEST_NO_SUCH_KEY").start()
 
 
+@pytest.mark.slow
 async def test_tui_chats_over_the_server(server):
     """The same chat and panels over a real server: reply, candidates, a note on live settings."""
     from test_ui import SIZE, send, wait_until

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.history.records import guess_quant
 from chatapp.history.store import (
     SCHEMA_VERSION,
     MessageStatus,
@@ -27,6 +26,7 @@ from chatapp.history.store import (
     title_from,
 )
 from chatapp.metrics import GenerationStats
+from chatapp.models.gguf_info import quant_name
 from chatapp.sampling import PRESETS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -370,7 +370,7 @@ def test_fingerprint_is_cached_and_follows_changes(tmp_path: Path) -> None:
     assert second.size == 200 and second.sha256 != first.sha256
     with pytest.raises(StoreError, match="cannot read the model file"):
         model_fingerprint(tmp_path / "missing.gguf")
-    assert guess_quant("x.gguf") == "" and guess_quant("m-F16.gguf") == "F16"
+    assert quant_name(None, "x.gguf") == "" and quant_name(None, "m-F16.gguf") == "F16"
 
 
 def test_failed_reply_and_remote_model() -> None:

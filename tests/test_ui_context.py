@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from test_ui import SIZE, send, wait_until
 
 from chatapp.engine.local.engine import LocalEngine
@@ -11,6 +12,7 @@ from chatapp.ui.app import ChatApp
 from chatapp.ui.widgets.chat import MessageView
 
 
+@pytest.mark.slow
 async def test_oldest_turns_are_left_out_and_marked(model_path):
     app = ChatApp(
         lambda: LocalEngine(LoadOptions(model_path=model_path, n_ctx=512, n_gpu_layers=0)),

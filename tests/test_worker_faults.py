@@ -28,6 +28,7 @@ def request(n: int = 200) -> GenerateRequest:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV])
 def test_worker_killed_mid_reply_raises_crashed_and_restarts(model_path, sig):
     eng = LocalEngine(LoadOptions(model_path=model_path, n_ctx=512, n_gpu_layers=0))

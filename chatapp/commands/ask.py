@@ -17,6 +17,7 @@ from chatapp.engine.protocol import (
     Token,
 )
 from chatapp.sampling import SamplerSettings
+from chatapp.stats_text import decode_text, prefill_text, stop_text, tokens_text, ttft_text
 
 
 def resolve_model(model: Path | None) -> str:
@@ -131,17 +132,13 @@ def run_ask(
     return 0
 
 
-def _num(value: float | None, fmt: str) -> str:
-    return "n/a" if value is None else format(value, fmt)
-
-
 def stats_line(finished: Finished) -> str:
+    """The line `chatapp ask` writes to stderr after a reply (every field, n/a if unmeasured)."""
     st = finished.stats
-    ttft = "n/a" if st.ttft_s is None else f"{st.ttft_s * 1000:.0f} ms"
     return (
-        f"TTFT {ttft} | prefill {_num(st.prefill_tps, '.1f')} t/s "
-        f"({st.prompt_evaluated} tok) | decode {_num(st.decode_tps, '.1f')} t/s | "
-        f"{st.completion_tokens} tokens | stop: {finished.reason}"
+        f"TTFT {ttft_text(st.ttft_s)} | prefill {prefill_text(st.prefill_tps)} "
+        f"({st.prompt_evaluated} tok) | decode {decode_text(st.decode_tps)} | "
+        f"{tokens_text(st.completion_tokens)} | {stop_text(finished.reason)}"
     )
 
 

@@ -19,6 +19,7 @@ from chatapp.history.store import (
     StoreError,
     default_db_path,
 )
+from chatapp.stats_text import speed_parts, stop_text
 
 EXPORT_FORMAT = "chatapp-conversation"
 EXPORT_VERSION = 1
@@ -96,16 +97,11 @@ def _stats_facts(m: Message) -> list[str]:
     if m.model:
         name = Path(m.model.path).name or m.model.path
         facts.append(f"{name} {m.model.quant}".strip())
-    if m.ttft_s is not None:
-        facts.append(f"TTFT {m.ttft_s:.2f} s")
-    if m.prefill_tps is not None:
-        facts.append(f"prefill {m.prefill_tps:.1f} t/s")
-    if m.decode_tps is not None:
-        facts.append(f"decode {m.decode_tps:.1f} t/s")
+    facts += speed_parts(m.ttft_s, m.prefill_tps, m.decode_tps)
     if m.prompt_tokens is not None or m.completion_tokens is not None:
         facts.append(f"{m.prompt_tokens or 0} prompt + {m.completion_tokens or 0} reply tokens")
     if m.stop_reason:
-        facts.append(f"stop: {m.stop_reason}")
+        facts.append(stop_text(m.stop_reason))
     if m.error:
         facts.append(f"error: {m.error}")
     return facts
@@ -132,13 +128,7 @@ def _markdown_footer(m: Message) -> list[str]:
         size = f", {m.model.size / 1e6:.1f} MB" if m.model.size else ""
         sha = f", header sha256 {m.model.sha256[:12]}" if m.model.sha256 else ""
         rows.append(f"model: `{Path(m.model.path).name}` ({m.model.quant or '?'}{size}{sha})")
-    speed = []
-    if m.ttft_s is not None:
-        speed.append(f"TTFT {m.ttft_s:.3f} s")
-    if m.prefill_tps is not None:
-        speed.append(f"prefill {m.prefill_tps:.1f} t/s")
-    if m.decode_tps is not None:
-        speed.append(f"decode {m.decode_tps:.1f} t/s")
+    speed = speed_parts(m.ttft_s, m.prefill_tps, m.decode_tps)
     if speed:
         rows.append(" · ".join(speed))
     if m.prompt_tokens is not None or m.completion_tokens is not None:

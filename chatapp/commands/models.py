@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from chatapp.engine.protocol import EngineError, LoadOptions
+from chatapp.engine.protocol import ALL_GPU_LAYERS, EngineError, LoadOptions
 from chatapp.models import fit
 from chatapp.models.gguf_info import card_from_header, read_header
 from chatapp.models.model_card import card_rows
@@ -59,7 +59,7 @@ def inspect_cmd(path: str | Path, ctx: int = 4096, as_json: bool = False) -> int
 def fit_cmd(
     path: str | Path | None = None,
     ctx: int = 4096,
-    ngl: int = -1,
+    ngl: int = ALL_GPU_LAYERS,
     params_b: float | None = None,
     memory_gb: float | None = None,
     as_json: bool = False,

@@ -44,13 +44,31 @@ class ChatMessage:
     content: str
 
 
+ALL_GPU_LAYERS = -1
+"""n_gpu_layers for "the whole model on the GPU" (llama.cpp's -ngl -1)."""
+
+
+def gpu_layer_total(n_layers: int) -> int:
+    """llama.cpp's GPU layer count for the whole model: its n_layers blocks plus the output
+    layer (the head), so n_layers + 1. -ngl counts this way: n_layers leaves the head on the
+    CPU, n_layers + 1 (or any more, or ALL_GPU_LAYERS) puts everything on the GPU."""
+    return n_layers + 1
+
+
+def resolved_gpu_layers(requested: int, n_layers: int) -> int:
+    """The GPU layers a request means for a model of n_layers blocks: a negative count
+    (ALL_GPU_LAYERS) or one past the total is the total (gpu_layer_total)."""
+    total = gpu_layer_total(n_layers)
+    return total if requested < 0 else min(requested, total)
+
+
 @dataclass(frozen=True)
 class LoadOptions:
     """How to load a model file."""
 
     model_path: str
     n_ctx: int = 4096
-    n_gpu_layers: int = -1  # -1 = all layers
+    n_gpu_layers: int = ALL_GPU_LAYERS
     n_threads: int | None = None  # None = as `chatapp tune` found best here, else all cores
     n_batch: int = 512
     flash_attn: bool | None = None
@@ -75,8 +93,8 @@ class ModelInfo:
     n_ctx_train: int
     load_s: float
     gpu_offload_supported: bool
-    n_gpu_layers: int  # layers actually on the GPU
-    n_layers: int
+    n_gpu_layers: int  # layers actually on the GPU, of gpu_layer_total(n_layers)
+    n_layers: int  # blocks (llama_model_n_layer), without the output layer
     n_threads: int
     has_chat_template: bool
     description: str = ""

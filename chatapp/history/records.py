@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import sqlite3
 import threading
 from dataclasses import asdict, dataclass, fields
@@ -15,6 +14,7 @@ from typing import Any
 
 from chatapp.errors import ChatappError
 from chatapp.metrics import GenerationStats
+from chatapp.models.gguf_info import file_quant
 from chatapp.sampling import SamplerSettings, SettingsError
 
 HEADER_BYTES = 1 << 20
@@ -219,25 +219,16 @@ def _sampler_from(value: str | dict[str, Any] | None) -> SamplerSettings | None:
         return None  # written by a chatapp with other sampler fields: show the reply without it
 
 
-_QUANT = re.compile(r"(?i)^(I?Q\d(_[0-9A-Z]+)*|B?F16|F32|MXFP4)$")
 _fingerprints: dict[tuple[str, int, int], ModelFingerprint] = {}
 _fingerprints_lock = threading.Lock()
-
-
-def guess_quant(path: str | Path) -> str:
-    """The quantization named in a GGUF file name (SmolLM2.Q4_1.gguf -> Q4_1), or ''."""
-    stem = Path(path).name.removesuffix(".gguf")
-    for part in reversed(re.split(r"[-.]", stem)):
-        if _QUANT.match(part):
-            return part.upper()
-    return ""
 
 
 def model_fingerprint(path: str | Path, quant: str = "") -> ModelFingerprint:
     """Path, size, quant and sha256 of the first 1 MiB of a model file.
 
     Cached per (path, mtime, size), so calling it for every reply costs one stat().
-    `quant` (e.g. ModelInfo.quant from the engine) wins over the guess from the file name.
+    `quant` (e.g. ModelInfo.quant from the engine) saves reading the header for it
+    (gguf_info.file_quant: the header's file type, else the file name).
     Raises StoreError when the file cannot be read.
     """
     resolved = os.path.realpath(path)
@@ -252,7 +243,7 @@ def model_fingerprint(path: str | Path, quant: str = "") -> ModelFingerprint:
     except OSError as exc:
         raise StoreError(f"cannot read the model file {path} ({exc.strerror or exc})") from None
     if cached is None:
-        cached = ModelFingerprint(str(path), st.st_size, guess_quant(resolved), digest)
+        cached = ModelFingerprint(str(path), st.st_size, file_quant(resolved), digest)
         with _fingerprints_lock:
             _fingerprints[key] = cached
     if cached.path != str(path) or (quant and quant != cached.quant):

@@ -25,6 +25,7 @@ from chatapp.engine.protocol import (
 )
 from chatapp.models.gguf_info import inspect
 from chatapp.sampling import SamplerSettings
+from chatapp.stats_text import DECODE_FORMAT, MS_FORMAT, PREFILL_FORMAT
 
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 DEFAULT_TOKENS = 64
@@ -308,9 +309,9 @@ COLUMNS = (  # (header, getter, format)
     ("size MiB", lambda r: r.size_bytes / 2**20, "{:.1f}"),
     ("load s", lambda r: r.load_s, "{:.2f}"),
     ("RSS MiB", lambda r: None if r.peak_rss_bytes is None else r.peak_rss_bytes / 2**20, "{:.0f}"),
-    ("TTFT ms", lambda r: None if r.ttft_s is None else r.ttft_s * 1000, "{:.0f}"),
-    ("prefill t/s", lambda r: r.prefill_tps, "{:.1f}"),
-    ("decode t/s", lambda r: r.decode_tps, "{:.1f}"),
+    ("TTFT ms", lambda r: None if r.ttft_s is None else r.ttft_s * 1000, f"{{:{MS_FORMAT}}}"),
+    ("prefill t/s", lambda r: r.prefill_tps, f"{{:{PREFILL_FORMAT}}}"),
+    ("decode t/s", lambda r: r.decode_tps, f"{{:{DECODE_FORMAT}}}"),
     ("top-1 %", lambda r: None if r.top1_agreement is None else r.top1_agreement * 100, "{:.1f}"),
     ("KL", lambda r: r.mean_kl, "{:.4f}"),
     ("PPL", lambda r: r.perplexity, "{:.2f}"),

@@ -9,6 +9,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from chatapp.engine.protocol import ALL_GPU_LAYERS, gpu_layer_total, resolved_gpu_layers
 from chatapp.models.gguf_info import Header, card_from_header
 
 GIB = 1024**3
@@ -111,7 +112,7 @@ class MemoryEstimate:
     """Bytes a model needs at one context size and GPU split."""
 
     n_ctx: int
-    n_gpu_layers: int  # llama.cpp counting: n_layers + 1 = all, including the output head
+    n_gpu_layers: int  # llama.cpp counting (protocol.gpu_layer_total = all, with the head)
     weights_bytes: int
     kv_bytes: int
     compute_bytes: int
@@ -136,13 +137,13 @@ def estimate(
 ) -> MemoryEstimate:
     """Memory for a model: the last n_gpu_layers layers (and their KV) on the GPU, rest in RAM."""
     n = shape.n_layers
-    ngl = n + 1 if n_gpu_layers < 0 else min(n_gpu_layers, n + 1)
+    ngl = resolved_gpu_layers(n_gpu_layers, n)
     on_gpu = min(ngl, n)
     kv_layer = shape.kv_bytes_per_layer(n_ctx, cache_type)
     kv = int(kv_layer * n)
     compute = compute_buffer_bytes(shape, n_ctx, n_ubatch, flash_attn)
     layers_gpu = sum(shape.layer_bytes[n - on_gpu :])
-    head_gpu = shape.output_bytes if ngl > n else 0
+    head_gpu = shape.output_bytes if ngl == gpu_layer_total(n) else 0
     gpu = layers_gpu + head_gpu + int(kv_layer * on_gpu) + (compute if ngl > 0 else 0)
     moved = layers_gpu + (head_gpu - shape.output_copy_bytes if head_gpu else 0)  # off RAM
     host_compute = compute if ngl == 0 else 4 * min(n_ubatch, n_ctx) * shape.n_embd * 2
@@ -153,10 +154,10 @@ def estimate(
 def max_gpu_layers(
     shape: ModelShape, n_ctx: int, gpu_free: int, cache_type: str = "f16", **kw
 ) -> int:
-    """The most layers (llama.cpp -ngl, n_layers + 1 = all) whose memory fits gpu_free."""
+    """The most layers (llama.cpp -ngl, gpu_layer_total = all) whose memory fits gpu_free."""
     budget = gpu_free - GPU_RESERVE
     best = 0
-    for ngl in range(1, shape.n_layers + 2):
+    for ngl in range(1, gpu_layer_total(shape.n_layers) + 1):
         if estimate(shape, n_ctx, ngl, cache_type, **kw).gpu_bytes > budget:
             break
         best = ngl
@@ -251,7 +252,7 @@ class FitReport:
 def fit_report(
     shape: ModelShape,
     n_ctx: int,
-    n_gpu_layers: int = -1,
+    n_gpu_layers: int = ALL_GPU_LAYERS,
     gpu_free: int | None = None,
     ram_free: int | None = None,
     cache_type: str = "f16",
@@ -263,12 +264,14 @@ def fit_report(
     est = estimate(shape, n_ctx, ngl, cache_type)
     if not gpu_free:
         where = "no GPU found: it runs on the CPU"
-    elif fit_layers > n:
-        where = f"all {n + 1} layers fit on the GPU"
+    elif fit_layers >= gpu_layer_total(n):
+        where = f"all {gpu_layer_total(n)} layers fit on the GPU"
     elif fit_layers == 0:
         where = "no layer fits on the GPU: it runs on the CPU"
     else:
-        where = f"{fit_layers} of {n + 1} layers fit on the GPU (use --ngl {fit_layers})"
+        where = (
+            f"{fit_layers} of {gpu_layer_total(n)} layers fit on the GPU (use --ngl {fit_layers})"
+        )
     if ram_free is not None and est.ram_bytes > ram_free:
         verdict = f"{where}; it does NOT fit in RAM ({gib(est.ram_bytes)} > {gib(ram_free)})"
     elif gpu_free and est.gpu_bytes > gpu_free - GPU_RESERVE:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 import struct
 from collections import Counter
@@ -82,7 +83,7 @@ class ModelCard:
     file_size: int
     gguf_version: int
     n_params: int
-    quant: str  # general.file_type name (e.g. Q4_K_M), or "guessed <type>"
+    quant: str  # quant_name (e.g. Q4_K_M), else "guessed <most common matrix type>"
     tensor_types: tuple[tuple[str, int], ...]  # (ggml type, tensor count), most common first
     weights_bytes: int  # tensor data
     n_layers: int
@@ -354,6 +355,38 @@ def _first_int(value: object, default: int = 0) -> int:
     return default
 
 
+_QUANT_IN_NAME = re.compile(r"(?i)^(I?Q\d(_[0-9A-Z]+)*|B?F16|F32|MXFP4)$")
+
+
+def quant_name(file_type: object, path: str | Path = "") -> str:
+    """The one answer to "which quantization is this file": the name of its header's
+    general.file_type (llama_ftype: 15 -> Q4_K_M), and only when the header does not say
+    (no file type, or one this table lacks), the type its file name names
+    (SmolLM2.Q4_1.gguf -> Q4_1); '' when neither does.
+
+    `file_type` is the header's value: an int from read_header, or the decimal string that
+    llama-cpp-python's Llama.metadata holds.
+    """
+    if isinstance(file_type, str) and file_type.strip().isdigit():
+        file_type = int(file_type)
+    if isinstance(file_type, int) and not isinstance(file_type, bool) and file_type in FILE_TYPES:
+        return FILE_TYPES[file_type]
+    stem = Path(path).name.removesuffix(".gguf") if path else ""
+    for part in reversed(re.split(r"[-.]", stem)):
+        if _QUANT_IN_NAME.match(part):
+            return part.upper()
+    return ""
+
+
+def file_quant(path: str | Path) -> str:
+    """quant_name of a file on disk, from its header; from the name alone if it has none."""
+    try:
+        file_type = read_header(path).metadata.get("general.file_type")
+    except (ModelFileError, OSError):
+        file_type = None
+    return quant_name(file_type, path)
+
+
 def card_from_header(h: Header) -> ModelCard:
     """The model card of a parsed header."""
     md = h.metadata
@@ -369,10 +402,8 @@ def card_from_header(h: Header) -> ModelCard:
     vocab = tokens.count if isinstance(tokens, ArrayValue) else len(tokens or ())
     vocab = vocab or a("vocab_size")
     counts = Counter(t.type_name for t in h.tensors)
-    ftype = md.get("general.file_type")
-    if isinstance(ftype, int) and ftype in FILE_TYPES:
-        quant = FILE_TYPES[ftype]
-    else:
+    quant = quant_name(md.get("general.file_type"), h.path)
+    if not quant:
         matrices = Counter(t.type_name for t in h.tensors if len(t.shape) >= 2)
         quant = f"guessed {matrices.most_common(1)[0][0]}" if matrices else "unknown"
     warnings = []

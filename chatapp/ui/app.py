@@ -169,7 +169,7 @@ class ChatApp(ChatShell):
         except ChatappError as exc:  # EngineError, or a ModelFileError from the file check
             self.post_message(EngineFailed(str(exc)))
             return
-        except Exception as exc:  # noqa: BLE001 - shown to the user, app keeps running
+        except Exception as exc:  # shown to the user, app keeps running
             self.post_message(EngineFailed(f"could not start the model: {exc}"))
             return
         self.engine = engine

@@ -53,7 +53,7 @@ def build_app(
     def remember(name: str) -> None:
         try:
             save_theme(name, config)
-        except Exception:  # noqa: BLE001 - remembering a theme is best effort
+        except Exception:  # remembering a theme is best effort
             pass
 
     history = ChatHistory.open(notes.append)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from chatapp.engine.protocol import Finished, ModelInfo, Token
 from chatapp.sampling import SamplerSettings
+from chatapp.stats_text import stats_footer
 from chatapp.ui.widgets.chat import MessageView
 
 
@@ -59,30 +59,6 @@ class Reply:
         return chosen
 
     initial_settings: SamplerSettings | None = None
-
-
-def stats_footer(
-    quant: str | None,
-    ttft_s: float | None,
-    prefill_tps: float | None,
-    decode_tps: float | None,
-    tokens: int | None,
-    stop: str | None,
-    extra: Sequence[str] = (),
-) -> str:
-    """The stats line under a reply: quant · TTFT · prefill · decode · tokens · stop."""
-    parts = [quant] if quant else []
-    if ttft_s is not None:
-        parts.append(f"TTFT {ttft_s * 1000:.0f} ms")
-    if prefill_tps:
-        parts.append(f"prefill {prefill_tps:.0f} t/s")
-    if decode_tps:
-        parts.append(f"decode {decode_tps:.1f} t/s")
-    if tokens is not None:
-        parts.append(f"{tokens} tokens")
-    if stop:
-        parts.append(f"stop: {stop}")
-    return " · ".join([*parts, *extra])
 
 
 def footer_for(ev: Finished, reply: Reply, info: ModelInfo | None) -> str:

@@ -108,6 +108,6 @@ def stream_reply(
     except EngineError as exc:
         flush()
         post(ReplyFailed(reply_id, str(exc)))
-    except Exception as exc:  # noqa: BLE001 - the UI must hear about every failure
+    except Exception as exc:  # the UI must hear about every failure
         flush()
         post(ReplyFailed(reply_id, f"unexpected error: {type(exc).__name__}: {exc}"))

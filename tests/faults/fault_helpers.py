@@ -85,5 +85,5 @@ async def send(pilot, app, text: str) -> None:
 
 def screen_text(app) -> str:
     """Everything on the screen, as the terminal would get it (one string per line)."""
-    strips = app.screen._compositor.render_full_update().strips  # noqa: SLF001
+    strips = app.screen._compositor.render_full_update().strips
     return "\n".join("".join(seg.text for seg in strip) for strip in strips)

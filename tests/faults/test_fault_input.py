@@ -123,6 +123,7 @@ async def test_pasted_control_characters_in_the_prompt_box():
         assert_no_raw(screen_text(app))
 
 
+@pytest.mark.slow
 def test_ask_with_control_characters_and_bytes_that_are_not_utf8():
     hostile = "\x1b[31mred\x1b[0m \x07 \x9b \x7f \x1b]0;title\x07 say hi"
     r = run_cli("ask", hostile, "--max-tokens", "3", "--ctx", "512", "--ngl", "0")
@@ -139,6 +140,7 @@ def test_ask_with_control_characters_and_bytes_that_are_not_utf8():
     assert raw.stderr.strip().splitlines()[-1].startswith(b"TTFT "), raw.stderr
 
 
+@pytest.mark.slow
 async def test_megabyte_paste_into_a_small_context(model_path):
     options = LoadOptions(model_path=model_path, n_ctx=512, n_gpu_layers=0)
     app = ChatApp(lambda: LocalEngine(options))
@@ -171,6 +173,7 @@ async def test_megabyte_message_does_not_freeze_the_ui():
         assert time.perf_counter() - t0 < 1.0
 
 
+@pytest.mark.slow
 def test_ask_prompt_longer_than_the_context():
     r = run_cli("ask", "lorem ipsum " * 300, "--ctx", "256", "--ngl", "0")
     message = one_error_line(r)

@@ -133,6 +133,11 @@ CASES = {
     "spaces-and-unicode": Case(_unicode_link, None),
 }
 IDS = list(CASES)
+# The cases that load the real model (a valid file) are slow; the refusals are not.
+LOADING_IDS = [
+    pytest.param(name, marks=pytest.mark.slow) if case.message is None else name
+    for name, case in CASES.items()
+]
 
 
 def _make(name: str, tmp_path: Path) -> tuple[Case, Path, str | None]:
@@ -141,7 +146,7 @@ def _make(name: str, tmp_path: Path) -> tuple[Case, Path, str | None]:
     return case, path, None if case.message is None else case.message.format(p=path)
 
 
-@pytest.mark.parametrize("name", IDS)
+@pytest.mark.parametrize("name", LOADING_IDS)
 def test_ask(name, tmp_path):
     case, path, expected = _make(name, tmp_path)
     r = run_cli(
@@ -174,7 +179,7 @@ def test_inspect(name, tmp_path):
     assert one_error_line(r) == expected
 
 
-@pytest.mark.parametrize("name", IDS)
+@pytest.mark.parametrize("name", LOADING_IDS)
 async def test_tui(name, tmp_path, monkeypatch):
     case, path, expected = _make(name, tmp_path)
     if case.deny:
@@ -189,7 +194,7 @@ async def test_tui(name, tmp_path, monkeypatch):
     options = LoadOptions(model_path=str(path), n_ctx=512, n_gpu_layers=0)
     app = ChatApp(lambda: LocalEngine(options))
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: not app._loading, timeout=60)  # noqa: SLF001
+        await wait_until(pilot, lambda: not app._loading, timeout=60)
         if expected is None:
             assert status(app).startswith(f"ready: {path.name} loaded in ")
             app.settings = app.settings.with_(max_tokens=3, temperature=0.0)

@@ -16,6 +16,8 @@ from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions
 from chatapp.sampling import SamplerSettings
 from chatapp.ui.app import ChatApp
 
+pytestmark = pytest.mark.slow  # every test here runs the real model (with odd templates)
+
 FAILED = "the model's chat template failed ({}); using a plain template"
 NOTES = {
     "raises": FAILED.format("this template always fails"),
@@ -79,7 +81,7 @@ async def test_tui_tells_the_user(template_models):
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Hi")
         await wait_until(pilot, lambda: len(app.conversation) == 2, timeout=60)
-        notes = [(n.title, n.message) for n in app._notifications]  # noqa: SLF001
+        notes = [(n.title, n.message) for n in app._notifications]
         assert ("Note", NOTES["raises"]) in notes
         assert app.conversation[1].content.strip()
 

@@ -155,6 +155,7 @@ def test_bad_model_file_then_quit(term, tmp_path):
     _assert_sane(term.terminal_modes())
 
 
+@pytest.mark.slow
 def test_worker_killed_mid_reply_then_quit(term, model_path):
     term.line(_chat(model_path))
     term.wait_for("ready: ")

@@ -80,6 +80,7 @@ async def _next_reply_works(pilot, app: ChatApp, old_pid: int, how: str) -> None
     assert app.conversation[3].content.strip()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV], ids=["SIGKILL", "SIGSEGV"])
 async def test_worker_dies_mid_reply(model_path, sig):
     app = make_app(model_path)
@@ -96,6 +97,7 @@ async def test_worker_dies_mid_reply(model_path, sig):
         _reap(pid)
 
 
+@pytest.mark.slow
 async def test_next_send_after_a_crash_starts_a_worker(model_path):
     app = make_app(model_path)
     pid = None
@@ -108,6 +110,7 @@ async def test_next_send_after_a_crash_starts_a_worker(model_path):
         _reap(pid)
 
 
+@pytest.mark.slow
 async def test_hung_worker_is_ended_by_escape(model_path, monkeypatch):
     monkeypatch.setattr(app_module, "STOP_GRACE_S", 0.5)
     app = make_app(model_path)
@@ -127,6 +130,7 @@ async def test_hung_worker_is_ended_by_escape(model_path, monkeypatch):
         _reap(pid)
 
 
+@pytest.mark.slow
 async def test_worker_killed_between_replies_then_send(model_path):
     app = make_app(model_path)
     app.ignore_eos = False

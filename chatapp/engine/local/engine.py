@@ -17,7 +17,7 @@ import numpy as np
 
 from chatapp import paths
 from chatapp.engine.local import cpu_backend, gpu_fallback, machine
-from chatapp.engine.local.worker_log import extra_buffers_from_log, read_since, useful_lines
+from chatapp.engine.local.worker_log import WorkerLog, extra_buffers_from_log, useful_lines
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineCrashed,
@@ -56,8 +56,7 @@ class LocalEngine:
         self.options = options
         self.nice = nice  # the worker lowers its own priority by this much (the TUI's choice)
         self.info: ModelInfo | None = None
-        self.log_path = paths.log_dir() / "worker.log"
-        self._log_start = 0
+        self.log = WorkerLog(paths.log_dir() / "worker.log")
         self._proc: mp.process.BaseProcess | None = None
         self._conn = None
         self._side = None
@@ -106,7 +105,7 @@ class LocalEngine:
             return self._spawn(options)
         except EngineCrashed as exc:
             sig = cpu_backend.crash_signal(exc.exitcode)
-            buffers = extra_buffers_from_log(self._log_since_start())
+            buffers = extra_buffers_from_log(self.log.text())
             if (
                 sig is None
                 or sig is signal.SIGILL
@@ -127,9 +126,7 @@ class LocalEngine:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         side_parent, side_child = ctx.Pipe()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        _rotate(self.log_path)
-        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self.log.begin()
         from chatapp.engine.local import worker
 
         proc = ctx.Process(
@@ -244,7 +241,7 @@ class LocalEngine:
                 message += f" (signal {-shown})"
         elif shown:
             message += f" (exit code {shown})"
-        log = self._log_since_start()
+        log = self.log.text()
         sig = cpu_backend.crash_signal(shown)
         buffers = extra_buffers_from_log(log)
         cause = cpu_backend.crash_cause(sig, buffers, bool(self._loaded_options.repack))
@@ -256,12 +253,13 @@ class LocalEngine:
         tail = useful_lines(log)
         return EngineCrashed(message + "; start it again to continue", tail, code)
 
-    def _log_since_start(self) -> str:
-        return read_since(self.log_path, self._log_start)
+    @property
+    def log_path(self) -> Path:
+        return self.log.path
 
     def log_tail(self, lines: int = 8) -> str:
         """The worker log lines worth showing: buffer types and llama.cpp's last lines."""
-        return useful_lines(self._log_since_start(), lines)
+        return self.log.tail(lines)
 
     # ---- the Engine interface -----------------------------------------------------------
 
@@ -319,18 +317,6 @@ class LocalEngine:
                 raise self._crashed("the model worker died") from exc
 
 
-LOG_LIMIT = 4 * 1024 * 1024
-
-
-def _rotate(log: Path) -> None:
-    """Keep the worker log small: past LOG_LIMIT it moves to worker.log.1."""
-    try:
-        if log.stat().st_size > LOG_LIMIT:
-            log.replace(log.with_name(log.name + ".1"))
-    except OSError:
-        pass
-
-
 @contextlib.contextmanager
 def real_std_streams():
     """multiprocessing passes sys.stderr's fd to its helper process; a TUI (or pytest) may have
@@ -345,7 +331,7 @@ def real_std_streams():
             except (OSError, ValueError, AttributeError):
                 ok = False
             if not ok:
-                devnull = devnull or open(os.devnull, "w")  # noqa: SIM115
+                devnull = devnull or open(os.devnull, "w")
                 setattr(sys, name, devnull)
         yield
     finally:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from chatapp import paths
-from chatapp.engine.protocol import EngineError, LoadOptions
+from chatapp.engine.protocol import EngineError, LoadOptions, resolved_gpu_layers
 from chatapp.errors import ModelFileError
 
 MEMORY_FILE = "gpu-layers.json"
@@ -41,7 +41,7 @@ def remember_layers(model_path: str, layers: int) -> None:
 
 def layer_steps(requested: int, n_layers: int) -> list[int]:
     """The GPU layer counts to try, largest first: all, then halving, then CPU only."""
-    top = n_layers + 1 if requested < 0 else min(requested, n_layers + 1)
+    top = resolved_gpu_layers(requested, n_layers)
     steps, n = [top], top
     while n > 1:
         n //= 2

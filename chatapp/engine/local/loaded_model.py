@@ -18,7 +18,14 @@ from chatapp.engine.local.worker_log import (
     flash_attn_from_log,
     offloaded_from_log,
 )
-from chatapp.engine.protocol import GenerateRequest, LoadOptions, ModelInfo, TokenPiece
+from chatapp.engine.protocol import (
+    GenerateRequest,
+    LoadOptions,
+    ModelInfo,
+    TokenPiece,
+    resolved_gpu_layers,
+)
+from chatapp.models.gguf_info import quant_name
 
 TEMPLATE_TIMEOUT_S = 2.0
 
@@ -134,7 +141,7 @@ class Worker:
             description=desc.value.decode("utf-8", "replace"),
             size_bytes=Path(options.model_path).stat().st_size,
             architecture=meta.get("general.architecture", ""),
-            quant=desc.value.decode("utf-8", "replace").rsplit(" ", 1)[-1],
+            quant=quant_name(meta.get("general.file_type"), options.model_path),
             n_params=int(llama_cpp.llama_model_n_params(self.model)),
             flash_attn=bool(options.flash_attn),
             repack=options.repack is not False,
@@ -320,8 +327,7 @@ class Worker:
 def _offloaded_layers(gpu_ok: bool, requested: int, n_layers: int) -> int:
     if not gpu_ok or requested == 0:
         return 0
-    total = n_layers + 1  # llama.cpp counts the output layer too
-    return total if requested < 0 else min(requested, total)
+    return resolved_gpu_layers(requested, n_layers)
 
 
 CPU_FAULT_ENV = "CHATAPP_FAULT_CPU_BACKEND"

@@ -168,7 +168,7 @@ class Generation:
     def run(self) -> None:
         try:
             self._run()
-        except Exception as exc:  # noqa: BLE001 - report, keep the worker alive
+        except Exception as exc:  # report, keep the worker alive
             self.send(Failed(f"generation failed: {type(exc).__name__}: {exc}"), flush=True)
 
     def _run(self) -> None:

@@ -116,7 +116,7 @@ def measure_one(
                 most_prefilled = end.stats.prompt_evaluated
                 result.prefill = end.stats.prefill_tps or 0.0
             step(f"{config.label()} depth {depth}")
-    except Exception as exc:  # noqa: BLE001 - a config that fails is reported, not fatal
+    except Exception as exc:  # a config that fails is reported, not fatal
         result.error = str(exc).split(";")[0]
     finally:
         engine.close()

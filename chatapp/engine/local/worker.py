@@ -9,7 +9,7 @@ from multiprocessing.connection import Connection
 from chatapp.engine.local import side_pipe
 from chatapp.engine.local.loaded_model import Worker
 from chatapp.engine.local.token_loop import Generation
-from chatapp.engine.local.worker_log import load_error_from_log, read_since
+from chatapp.engine.local.worker_log import WorkerLog, load_error_from_log
 from chatapp.engine.protocol import LoadOptions
 
 
@@ -20,11 +20,12 @@ def main(
     redirect_output(log_path)
     if nice > 0:
         _lower_priority(nice)
-    log_start = os.path.getsize(log_path)
+    log = WorkerLog(log_path)
+    log.mark()
     try:
         worker = Worker(options)
-    except Exception as exc:  # noqa: BLE001 - every load failure becomes one message
-        reason = _load_error(options.model_path, exc, read_since(log_path, log_start))
+    except Exception as exc:  # every load failure becomes one message
+        reason = _load_error(options.model_path, exc, log.text())
         conn.send(("load_failed", reason))
         return
     conn.send(("warming_up",))  # a crash from here on is the backend's first compute
@@ -38,8 +39,7 @@ def main(
             )
         )
         return
-    log = read_since(log_path, log_start)
-    conn.send(("loaded", worker.described(log)))
+    conn.send(("loaded", worker.described(log.text())))
     side_pipe.start(worker, side)
     serve(worker, conn)
 
@@ -66,8 +66,8 @@ def redirect_output(log_path: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
 
 
 def _load_error(path: str, exc: Exception, log_text: str = "") -> str:

@@ -1,14 +1,26 @@
-"""What llama.cpp's log in the worker says: load errors, GPU layers, buffer types, crash lines."""
+"""llama.cpp's log in the worker: the one place that reads it (WorkerLog, read_since), and
+what it says: load errors, GPU layers, buffer types, crash lines."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from pathlib import Path
 
 READ_LIMIT = 4 * 1024 * 1024
+LOG_LIMIT = 4 * 1024 * 1024  # past this, a new worker's log starts afresh (worker.log.1 kept)
 
 
-def read_since(log_path, offset: int) -> str:
+def log_size(log_path: str | Path) -> int:
+    """Where the next thing written to the log will start (0 for no file)."""
+    try:
+        return os.path.getsize(log_path)
+    except OSError:
+        return 0
+
+
+def read_since(log_path: str | Path, offset: int) -> str:
     """What was written to the log since `offset` (its last READ_LIMIT bytes at most)."""
     try:
         sys.stderr.flush()
@@ -17,6 +29,41 @@ def read_since(log_path, offset: int) -> str:
             return fh.read()[-READ_LIMIT:].decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def rotate(log_path: str | Path) -> None:
+    """Keep the worker log small: past LOG_LIMIT it moves to worker.log.1."""
+    log = Path(log_path)
+    try:
+        if log.stat().st_size > LOG_LIMIT:
+            log.replace(log.with_name(log.name + ".1"))
+    except OSError:
+        pass
+
+
+class WorkerLog:
+    """The log file of one worker (both processes use one): the part written since mark()."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.start = 0
+
+    def begin(self) -> None:
+        """Before a worker starts: make room (rotate) and mark where its part begins."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        rotate(self.path)
+        self.mark()
+
+    def mark(self) -> None:
+        self.start = log_size(self.path)
+
+    def text(self) -> str:
+        """What was written since mark() (the last READ_LIMIT bytes at most)."""
+        return read_since(self.path, self.start)
+
+    def tail(self, lines: int = 8) -> str:
+        """The lines worth showing after a failure (useful_lines of text())."""
+        return useful_lines(self.text(), lines)
 
 
 _LOAD_ERROR_RE = re.compile(r"error loading model: (.+)")

@@ -206,7 +206,7 @@ class CompareScreen(ModalScreen[None]):
         except ChatappError as exc:
             self.post_message(self.Done(None, str(exc)))
             return
-        except Exception as exc:  # noqa: BLE001 - shown on the screen, which stays usable
+        except Exception as exc:  # shown on the screen, which stays usable
             self.post_message(self.Done(None, f"the comparison failed: {exc}"))
             return
         self.post_message(self.Done(result))

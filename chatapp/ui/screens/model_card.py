@@ -11,7 +11,7 @@ from textual.screen import ModalScreen
 from textual.validation import Number
 from textual.widgets import Input, Label, Static
 
-from chatapp.engine.protocol import ModelInfo
+from chatapp.engine.protocol import ALL_GPU_LAYERS, ModelInfo, gpu_layer_total
 from chatapp.models import fit
 from chatapp.ui.screens.models import Machine, Picked, read_model
 from chatapp.ui.widgets.model_card import CardView, FitView, machine_memory, what_if_markup
@@ -53,7 +53,7 @@ class ModelCardScreen(ModalScreen[None]):
         self,
         path: str,
         n_ctx: int = 4096,
-        n_gpu_layers: int = -1,
+        n_gpu_layers: int = ALL_GPU_LAYERS,
         info: ModelInfo | None = None,
         machine: Machine = machine_memory,
     ) -> None:
@@ -101,7 +101,7 @@ class ModelCardScreen(ModalScreen[None]):
         i = self.info
         if i is None:
             return self.path
-        gpu = f"{i.n_gpu_layers} of {i.n_layers + 1} layers on the GPU"
+        gpu = f"{i.n_gpu_layers} of {gpu_layer_total(i.n_layers)} layers on the GPU"
         if not i.gpu_offload_supported:
             gpu = "CPU only (this llama.cpp has no GPU offload)"
         loaded = f"loaded in {i.load_s:.2f} s · ctx {i.n_ctx:,} · {i.n_threads} threads"

@@ -16,7 +16,7 @@ from textual.screen import ModalScreen
 from textual.validation import Integer
 from textual.widgets import Button, DataTable, Input, Label, Static
 
-from chatapp.engine.protocol import LoadOptions
+from chatapp.engine.protocol import ALL_GPU_LAYERS, LoadOptions, gpu_layer_total
 from chatapp.errors import ModelFileError
 from chatapp.models import fit
 from chatapp.models.discovery import ModelEntry, discover
@@ -146,7 +146,7 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
                 yield Input(
                     str(self.current.n_gpu_layers),
                     type="integer",
-                    validators=[Integer(-1, 999)],
+                    validators=[Integer(ALL_GPU_LAYERS, self._max_ngl())],
                     tooltip="-1 = all layers",
                     id="model-ngl",
                 )
@@ -270,7 +270,8 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
             return
         if ngl is None:
             top = self._max_ngl()
-            self._note(f"GPU layers must be a whole number from -1 to {top}", error=True)
+            most = f"to {top}" if top is not None else "or more"
+            self._note(f"GPU layers must be a whole number from -1 {most}", error=True)
             return
         self.dismiss(replace(self.current, model_path=path, n_ctx=ctx, n_gpu_layers=ngl))
 
@@ -302,7 +303,7 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
         view.card = picked.card if picked else None
         if picked and picked.card:
             ngl = self.query_one("#model-ngl", Input)
-            ngl.validators = [Integer(-1, self._max_ngl())]
+            ngl.validators = [Integer(ALL_GPU_LAYERS, self._max_ngl())]
             ngl.validate(ngl.value)
         self.query_one("#load", Button).disabled = picked is None or bool(picked.error)
         if picked and picked.error:
@@ -311,9 +312,10 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
             self._note(f"{Path(picked.path).name}: Enter or ctrl+l loads it")
         self._update_fit()
 
-    def _max_ngl(self) -> int:
+    def _max_ngl(self) -> int | None:
+        """The most GPU layers the picked file has; no limit before one is picked."""
         card = self.picked.card if self.picked else None
-        return card.n_layers + 1 if card else 999
+        return gpu_layer_total(card.n_layers) if card else None
 
     def _ctx(self) -> int | None:
         return int_value(self.query_one("#model-ctx", Input))

@@ -6,6 +6,7 @@ from textual.markup import escape
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from chatapp.engine.protocol import gpu_layer_total, resolved_gpu_layers
 from chatapp.models import fit
 from chatapp.models.gguf_info import ModelCard
 from chatapp.models.model_card import card_rows
@@ -27,9 +28,10 @@ def fits(report: fit.FitReport) -> bool:
 
 
 def ngl_text(ngl: int, n_layers: int) -> str:
-    """llama.cpp's GPU layer count in words (-1 or n_layers + 1 = all)."""
-    if ngl < 0 or ngl > n_layers:
-        return f"all ({n_layers + 1})"
+    """llama.cpp's GPU layer count in words (ALL_GPU_LAYERS or gpu_layer_total = all)."""
+    total = gpu_layer_total(n_layers)
+    if resolved_gpu_layers(ngl, n_layers) == total:
+        return f"all ({total})"
     return str(ngl)
 
 
@@ -57,7 +59,10 @@ def fit_markup(report: fit.FitReport, trained_ctx: int = 0) -> str:
         ("total", fit.gib(total)),
         ("RAM free", fit.gib(report.ram_available_bytes)),
         ("GPU free", fit.gib(gpu) if gpu else "no GPU found"),
-        ("GPU layers", f"{report.gpu_layers_fit} of {n + 1} fit" if gpu else "none (CPU only)"),
+        (
+            "GPU layers",
+            f"{report.gpu_layers_fit} of {gpu_layer_total(n)} fit" if gpu else "none (CPU only)",
+        ),
     ]
     if gpu:
         split = f"GPU {fit.gib(e.gpu_bytes)}, RAM {fit.gib(e.ram_bytes)}"

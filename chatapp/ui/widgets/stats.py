@@ -11,7 +11,8 @@ from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import Sparkline, Static
 
-from chatapp.engine.protocol import ModelInfo
+from chatapp.engine.protocol import ModelInfo, gpu_layer_total
+from chatapp.stats_text import decode_text, ms_text, prefill_text
 
 SPARK_POINTS = 60  # the sparkline shows the speed of the last this many tokens
 
@@ -36,8 +37,7 @@ class LiveStats:
         return replace(self, **changes)
 
 
-def _f(value: float | None, fmt: str, unit: str = "") -> str:
-    return "–" if value is None else f"{value:{fmt}}{unit}"
+MISSING = "–"  # a cell of the panel with nothing measured yet
 
 
 def context_bar(used: int, total: int, width: int = 20) -> Text:
@@ -102,16 +102,15 @@ class StatsPanel(Vertical):
         t.add_column(no_wrap=True)
         t.add_column(style="bold", no_wrap=True)
         t.add_column(no_wrap=True)
-        ttft = _f(s.ttft_s and s.ttft_s * 1000, ".0f", " ms")
-        paint = _f(s.first_paint_s and s.first_paint_s * 1000, ".0f", " ms")
+        ttft, paint = ms_text(s.ttft_s, MISSING), ms_text(s.first_paint_s, MISSING)
         t.add_row("TTFT", ttft, "paint", paint)
         t.add_row(
             "prefill",
-            _f(s.prefill_tps, ".0f", " t/s"),
+            prefill_text(s.prefill_tps, MISSING),
             "new/reused",
             f"{s.prompt_new}/{s.prompt_reused}",
         )
-        t.add_row("decode", _f(s.decode_tps, ".1f", " t/s"), "tokens", str(s.tokens))
+        t.add_row("decode", decode_text(s.decode_tps, MISSING), "tokens", str(s.tokens))
         t.add_row(
             "context",
             context_bar(s.n_past, s.n_ctx or (info.n_ctx if info else 0), 12),
@@ -120,7 +119,9 @@ class StatsPanel(Vertical):
         )
         if info is not None:
             gpu = (
-                f"{info.n_gpu_layers}/{info.n_layers + 1}" if info.gpu_offload_supported else "cpu"
+                f"{info.n_gpu_layers}/{gpu_layer_total(info.n_layers)}"
+                if info.gpu_offload_supported
+                else "cpu"
             )
             t.add_row("load", f"{info.load_s:.2f} s", "gpu layers", gpu)
             t.add_row("threads", run_settings(info), "", "")
