@@ -14,7 +14,7 @@ from test_cli import chatapp
 from test_ui import wait_until
 
 from chatapp import paths
-from chatapp.cli import load_options, resolve_server, sampler_settings
+from chatapp.commands.settings import load_options, resolve_server, sampler_settings
 from chatapp.config import Config, ServerConfig, load_config
 from chatapp.engine.protocol import LoadOptions
 from chatapp.errors import UsageError

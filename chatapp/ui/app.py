@@ -8,28 +8,21 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from textual import on, work
-from textual.widgets import Input
 
 from chatapp.chat.recorder import ChatHistory
 from chatapp.chat.session import ChatSession
 from chatapp.config import Config
-from chatapp.engine.local.machine import physical_cores
 from chatapp.engine.protocol import (
     ChatMessage,
     Engine,
-    EngineCrashed,
     EngineError,
     GenerateRequest,
     LoadOptions,
-    ModelInfo,
     Token,
 )
-from chatapp.errors import ChatappError
 from chatapp.history.store import StoreError
 from chatapp.sampling import SamplerSettings
 from chatapp.ui.messages import (
-    EngineFailed,
-    EngineReady,
     NoticeShown,
     PromptShown,
     ReplyFailed,
@@ -37,25 +30,22 @@ from chatapp.ui.messages import (
     SettingsTookEffect,
     TokensArrived,
 )
+from chatapp.ui.model_host import ModelHost
 from chatapp.ui.panel_feed import PanelFeed
 from chatapp.ui.prompt_input import PromptInput
 from chatapp.ui.reply import Reply, footer_for, stored_footer
-from chatapp.ui.screens.compare import CompareScreen
 from chatapp.ui.screens.conversations import Choice, ConversationsScreen
-from chatapp.ui.screens.model_card import ModelCardScreen
-from chatapp.ui.screens.models import ModelPickerScreen
 from chatapp.ui.screens.system_prompt import SystemPromptScreen
-from chatapp.ui.shell import ChatShell, settle_gc
-from chatapp.ui.streaming import LIGHT, SMOOTH, cadence_for, stream_reply
+from chatapp.ui.shell import settle_gc
+from chatapp.ui.streaming import LIGHT, stream_reply
 from chatapp.ui.widgets.chat import MessageView
 from chatapp.ui.widgets.sampler import SamplerPanel
-from chatapp.ui.widgets.stats import LiveStats
-from chatapp.ui.widgets.tokens import ShownToken, TokenStrip
+from chatapp.ui.widgets.tokens import TokenStrip
 
 STOP_GRACE_S = 3.0  # after Esc, a worker that has not stopped by then is killed
 
 
-class ChatApp(ChatShell):
+class ChatApp(ModelHost):
     """Chat with a local model and watch tokens, speed and probabilities live. The
     conversation lives in a ChatSession; this class maps its results and the engine's events
     to widgets, and keys to its calls."""
@@ -74,22 +64,18 @@ class ChatApp(ChatShell):
         startup_notes: Iterable[str] = (),
         config: Config | None = None,
     ) -> None:
-        super().__init__(config, settings, model_label, theme_name, remember_theme)
-        history = history or ChatHistory(None, self._warn)
-        self.session = ChatSession(history, settings, system_prompt)
-        self.options = options
+        session = ChatSession(history or ChatHistory(None, self._warn), settings, system_prompt)
+        super().__init__(
+            engine_factory, session, options, config, settings, model_label, theme_name,
+            remember_theme,
+        )  # fmt: skip
         self.startup_notes = list(startup_notes)
-        self.engine_factory = engine_factory
-        self.engine: Engine | None = None  # set when loaded; the session gets it when ready
         self.reply: Reply | None = None
         self.last_reply: Reply | None = None
         self._reply_ids = 0
         self._reply_pending = False  # a user turn waits for the model to (re)load
-        self._loading = False
-        self.load_error: str | None = None  # why the last load failed (None: it did not)
         self.first_paint_s: list[float] = []  # submit -> first token painted, per reply
         self.paint_log: list[tuple[float, int]] = []  # (UI time, tokens) per batch shown
-        self.cadence = SMOOTH  # how often a streaming reply is drawn (set per model)
         self.panels: PanelFeed  # (made on mount, from the panels' widgets)
 
     # ---- the session's state, as the widgets and tests read it -----------------------------
@@ -123,10 +109,6 @@ class ChatApp(ChatShell):
         self.session.history = history
 
     @property
-    def info(self) -> ModelInfo | None:
-        return self.session.info
-
-    @property
     def ignore_eos(self) -> bool:
         return self.session.ignore_eos
 
@@ -134,7 +116,7 @@ class ChatApp(ChatShell):
     def ignore_eos(self, value: bool) -> None:
         self.session.ignore_eos = value
 
-    # ---- the engine -----------------------------------------------------------------------
+    # ---- start ----------------------------------------------------------------------------
 
     def on_mount(self) -> None:
         self.panels = PanelFeed(self, self.token_panel, self.probs, self.stats_panel)
@@ -145,62 +127,6 @@ class ChatApp(ChatShell):
 
     def _warn(self, message: str) -> None:
         self.notify(message, title="History", severity="warning", timeout=10)
-
-    def start_engine(self) -> None:
-        if self._loading:
-            return
-        self._loading = True
-        self.set_status("loading the model…")
-        self.stats_panel.stats = LiveStats(state="loading")
-        self._load_engine()
-
-    @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
-    def _load_engine(self) -> None:
-        try:
-            if self.engine is not None:
-                self.engine.close()
-            engine = self.engine_factory()
-            info = engine.start()  # GPU step-down and CPU fallbacks happen inside
-            for note in engine.notes:
-                self.post_message(NoticeShown(note))
-        except EngineCrashed as exc:
-            self.post_message(EngineFailed(str(exc), exc.log_tail, crashed=True))
-            return
-        except ChatappError as exc:  # EngineError, or a ModelFileError from the file check
-            self.post_message(EngineFailed(str(exc)))
-            return
-        except Exception as exc:  # shown to the user, app keeps running
-            self.post_message(EngineFailed(f"could not start the model: {exc}"))
-            return
-        self.engine = engine
-        self.post_message(EngineReady(info))
-
-    def on_engine_ready(self, message: EngineReady) -> None:
-        self._loading = False
-        self.session.attach(self.engine, message.info)
-        self.cadence = self.panels.cadence = cadence_for(message.info, physical_cores())
-        self.stats_panel.info = message.info
-        self.stats_panel.stats = LiveStats(state="ready", n_ctx=message.info.n_ctx)
-        name = Path(message.info.path).name
-        self.sub_title = f"{name} · ctx {message.info.n_ctx}"
-        self.set_status(f"ready: {name} loaded in {message.info.load_s:.2f} s")
-        if self._reply_pending:
-            self._reply_pending = False
-            self.run_worker(self._generate(), exclusive=False)
-
-    def on_engine_failed(self, message: EngineFailed) -> None:
-        self.load_error = message.message
-        self._loading = False
-        self._reply_pending = False
-        self.engine = None
-        self.session.detach()
-        self.stats_panel.stats = self.stats_panel.stats.but(state="no model")
-        self.set_status(f"error: {message.message}", error=True)
-        self.notify(message.message, title="Model not loaded", severity="error", timeout=10)
-
-    def action_restart_engine(self) -> None:
-        if self.reply is None:
-            self.start_engine()
 
     # ---- sending --------------------------------------------------------------------------
 
@@ -220,6 +146,19 @@ class ChatApp(ChatShell):
         self.session.add_user(text)
         await self.chat.add("user", text)
         await self._generate()
+
+    @property
+    def busy(self) -> bool:
+        return self.reply is not None
+
+    def model_ready(self) -> None:
+        self.panels.cadence = self.cadence
+        if self._reply_pending:
+            self._reply_pending = False
+            self.run_worker(self._generate(), exclusive=False)
+
+    def model_failed(self) -> None:
+        self._reply_pending = False
 
     def _wait_for_model(self) -> None:
         # The turn stays in the conversation and on screen; its reply starts once the model is
@@ -476,40 +415,6 @@ class ChatApp(ChatShell):
                     severity="warning",
                 )
 
-    def switch_model(self, options: LoadOptions) -> None:
-        """Load another model file (the conversation stays)."""
-        from chatapp.engine.factory import make_engine
-        from chatapp.ui.streaming import WORKER_NICE
-
-        self.options = options
-        self.engine_factory = lambda: make_engine(options, nice=WORKER_NICE)
-        self.start_engine()
-
-    def action_pick_model(self) -> None:
-        if self.options is None:
-            self.notify("Connected to a server: there is no local model to switch.")
-            return
-        if self.reply is not None or self._loading:
-            self.notify("Wait for the reply (Esc stops it) or the load to finish first.")
-            return
-
-        def done(options: LoadOptions | None) -> None:
-            if options is not None:
-                self.model_label = Path(options.model_path).name
-                self.switch_model(options)  # the conversation stays
-
-        self.push_screen(ModelPickerScreen(self.options, config_dirs=self.config.model_dirs), done)
-
-    def action_model_card(self) -> None:
-        if self.info is None:
-            self.notify("No model is loaded yet.")
-            return
-        self.push_screen(ModelCardScreen.from_info(self.info))
-
-    def action_compare_models(self) -> None:
-        source = self.info.path if self.info else (self.options and self.options.model_path)
-        self.push_screen(CompareScreen(source=source or None))
-
     # ---- panels ---------------------------------------------------------------------------
 
     @on(SamplerPanel.SettingsChanged)
@@ -534,24 +439,3 @@ class ChatApp(ChatShell):
             self.probs.settings = reply.settings_at(message.index, self.settings)
             self.probs.chosen = tok.id
             self.probs.candidates = tok.candidates
-
-    @on(Input.Changed, "#tokenizer-input")
-    def on_tokenizer_input(self, message: Input.Changed) -> None:
-        self._tokenize_typed(message.value)
-
-    @work(thread=True, exclusive=True, group="tokenize", exit_on_error=False)
-    def _tokenize_typed(self, text: str) -> None:
-        if self.engine is None or not text:
-            self.call_from_thread(self.token_panel.show_typed, [])
-            return
-        try:
-            pieces = self.engine.tokenize(text, special=True)
-        except EngineError as exc:
-            self.call_from_thread(self.set_status, f"error: {exc}", True)
-            return
-        shown = [ShownToken(p.id, p.piece, special=p.special) for p in pieces]
-        self.call_from_thread(self.token_panel.show_typed, shown)
-
-    async def on_unmount(self) -> None:
-        if self.engine is not None:
-            self.engine.close()

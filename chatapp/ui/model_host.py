@@ -1,0 +1,174 @@
+"""The model behind the chat: loading it (and again after a crash), switching it, its card."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from textual import on, work
+from textual.widgets import Input
+
+from chatapp.chat.session import ChatSession
+from chatapp.config import Config
+from chatapp.engine.factory import make_engine
+from chatapp.engine.local.machine import physical_cores
+from chatapp.engine.protocol import Engine, EngineCrashed, EngineError, LoadOptions, ModelInfo
+from chatapp.errors import ChatappError
+from chatapp.sampling import SamplerSettings
+from chatapp.ui.messages import EngineFailed, EngineReady, NoticeShown
+from chatapp.ui.screens.compare import CompareScreen
+from chatapp.ui.screens.model_card import ModelCardScreen
+from chatapp.ui.screens.models import ModelPickerScreen
+from chatapp.ui.shell import ChatShell
+from chatapp.ui.streaming import SMOOTH, WORKER_NICE, cadence_for
+from chatapp.ui.widgets.stats import LiveStats
+from chatapp.ui.widgets.tokens import ShownToken
+
+
+class ModelHost(ChatShell):
+    """Loads the engine in a thread (GPU step-down and CPU fallbacks happen in its start()),
+    hands it to the session when ready, and replaces it on demand. ChatApp says when it is
+    `busy` and what happens once a model is ready or failed."""
+
+    def __init__(
+        self,
+        engine_factory: Callable[[], Engine],
+        session: ChatSession,
+        options: LoadOptions | None = None,
+        config: Config | None = None,
+        settings: SamplerSettings | None = None,
+        model_label: str = "",
+        theme_name: str | None = None,
+        remember_theme: Callable[[str], None] | None = None,
+    ) -> None:
+        super().__init__(config, settings, model_label, theme_name, remember_theme)
+        self.session = session
+        self.options = options
+        self.engine_factory = engine_factory
+        self.engine: Engine | None = None  # set when loaded; the session gets it when ready
+        self._loading = False
+        self.load_error: str | None = None  # why the last load failed (None: it did not)
+        self.cadence = SMOOTH  # how often a streaming reply is drawn (set per model)
+
+    @property
+    def info(self) -> ModelInfo | None:
+        return self.session.info
+
+    @property
+    def busy(self) -> bool:
+        """Whether a reply is in progress (then the model stays as it is)."""
+        return False
+
+    def model_ready(self) -> None:
+        """Called once a model is loaded and attached to the session."""
+
+    def model_failed(self) -> None:
+        """Called when a load failed (the message is shown already)."""
+
+    def start_engine(self) -> None:
+        if self._loading:
+            return
+        self._loading = True
+        self.set_status("loading the model…")
+        self.stats_panel.stats = LiveStats(state="loading")
+        self._load_engine()
+
+    @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
+    def _load_engine(self) -> None:
+        try:
+            if self.engine is not None:
+                self.engine.close()
+            engine = self.engine_factory()
+            info = engine.start()  # GPU step-down and CPU fallbacks happen inside
+            for note in engine.notes:
+                self.post_message(NoticeShown(note))
+        except EngineCrashed as exc:
+            self.post_message(EngineFailed(str(exc), exc.log_tail, crashed=True))
+            return
+        except ChatappError as exc:  # EngineError, or a ModelFileError from the file check
+            self.post_message(EngineFailed(str(exc)))
+            return
+        except Exception as exc:  # shown to the user, app keeps running
+            self.post_message(EngineFailed(f"could not start the model: {exc}"))
+            return
+        self.engine = engine
+        self.post_message(EngineReady(info))
+
+    def on_engine_ready(self, message: EngineReady) -> None:
+        self._loading = False
+        self.session.attach(self.engine, message.info)
+        self.cadence = cadence_for(message.info, physical_cores())
+        self.stats_panel.info = message.info
+        self.stats_panel.stats = LiveStats(state="ready", n_ctx=message.info.n_ctx)
+        name = Path(message.info.path).name
+        self.sub_title = f"{name} · ctx {message.info.n_ctx}"
+        self.set_status(f"ready: {name} loaded in {message.info.load_s:.2f} s")
+        self.model_ready()
+
+    def on_engine_failed(self, message: EngineFailed) -> None:
+        self.load_error = message.message
+        self._loading = False
+        self.engine = None
+        self.session.detach()
+        self.stats_panel.stats = self.stats_panel.stats.but(state="no model")
+        self.set_status(f"error: {message.message}", error=True)
+        self.notify(message.message, title="Model not loaded", severity="error", timeout=10)
+        self.model_failed()
+
+    def action_restart_engine(self) -> None:
+        if not self.busy:
+            self.start_engine()
+
+    def switch_model(self, options: LoadOptions) -> None:
+        """Load another model file (the conversation stays)."""
+        self.options = options
+        self.engine_factory = lambda: make_engine(options, nice=WORKER_NICE)
+        self.start_engine()
+
+    def action_pick_model(self) -> None:
+        if self.options is None:
+            self.notify("Connected to a server: there is no local model to switch.")
+            return
+        if self.busy or self._loading:
+            self.notify("Wait for the reply (Esc stops it) or the load to finish first.")
+            return
+
+        def done(options: LoadOptions | None) -> None:
+            if options is not None:
+                self.model_label = Path(options.model_path).name
+                self.switch_model(options)  # the conversation stays
+
+        self.push_screen(ModelPickerScreen(self.options, config_dirs=self.config.model_dirs), done)
+
+    def action_model_card(self) -> None:
+        if self.info is None:
+            self.notify("No model is loaded yet.")
+            return
+        self.push_screen(ModelCardScreen.from_info(self.info))
+
+    def action_compare_models(self) -> None:
+        source = self.info.path if self.info else (self.options and self.options.model_path)
+        self.push_screen(CompareScreen(source=source or None))
+
+    # ---- the tokenizer box ----------------------------------------------------------------
+
+    @on(Input.Changed, "#tokenizer-input")
+    def on_tokenizer_input(self, message: Input.Changed) -> None:
+        self._tokenize_typed(message.value)
+
+    @work(thread=True, exclusive=True, group="tokenize", exit_on_error=False)
+    def _tokenize_typed(self, text: str) -> None:
+        if self.engine is None or not text:
+            self.call_from_thread(self.token_panel.show_typed, [])
+            return
+        try:
+            pieces = self.engine.tokenize(text, special=True)
+        except EngineError as exc:
+            self.call_from_thread(self.set_status, f"error: {exc}", True)
+            return
+        shown = [ShownToken(p.id, p.piece, special=p.special) for p in pieces]
+        self.call_from_thread(self.token_panel.show_typed, shown)
+
+    async def on_unmount(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
