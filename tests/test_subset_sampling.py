@@ -8,6 +8,8 @@ from chatapp.engine.local import loaded_model, token_loop
 from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions, Token
 from chatapp.sampling import SamplerSettings
 
+pytestmark = pytest.mark.slow  # a real model, loaded in this process
+
 
 class Collect:
     """Stands in for the pipe to the parent: keeps the events, never has a message waiting."""
