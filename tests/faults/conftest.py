@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from gguf_builders import with_string
 
@@ -15,6 +17,8 @@ TEMPLATES = {
         "{% for i in range(100000) %}{% for j in range(100000) %}{% for k in range(100000) %}"
         "{% endfor %}{% endfor %}{% endfor %}"
     ),
+    # Gemma 2's real template: it refuses a system message ("System role not supported").
+    "no_system": (Path(__file__).parent.parent / "data/templates/gemma2.jinja").read_text(),
 }
 
 

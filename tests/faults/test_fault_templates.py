@@ -12,7 +12,13 @@ from fault_helpers import SIZE, run_cli, send, wait_until
 from chatapp.engine.local import loaded_model
 from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.local.timebound import call_with_timeout
-from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions
+from chatapp.engine.protocol import (
+    ChatMessage,
+    Finished,
+    GenerateRequest,
+    LoadOptions,
+    Notice,
+)
 from chatapp.sampling import SamplerSettings
 from chatapp.ui.app import ChatApp
 
@@ -120,3 +126,29 @@ def test_time_bound_in_a_thread_leaves_no_stray_exception():
         burner.join()
     assert outcomes[-1] == "clean" and len(outcomes) == 201, outcomes[-3:]
     assert "timeout" in outcomes
+
+
+def test_template_without_a_system_role_folds_it_and_says_so_once(template_models):
+    """Gemma 2's template refuses a system message: the model's own template is still used
+    (system text folded into the first user turn), with a note on the first reply only."""
+    eng = LocalEngine(
+        LoadOptions(model_path=str(template_models["no_system"]), n_ctx=512, n_gpu_layers=0)
+    )
+    eng.start()
+    chat = (ChatMessage("system", "Be brief."), ChatMessage("user", "hi"))
+    req = GenerateRequest(chat, SamplerSettings(max_tokens=2, temperature=0.0))
+    try:
+        text, warning = eng.render_prompt(req)
+        assert warning == loaded_model.FOLDED_SYSTEM_NOTE
+        assert text.endswith(
+            "<start_of_turn>user\nBe brief.\n\nhi<end_of_turn>\n<start_of_turn>model\n"
+        )
+        notes = []
+        for _ in range(2):
+            events = list(eng.generate(req))
+            notes.append([e.message for e in events if isinstance(e, Notice)])
+            assert isinstance(events[-1], Finished)
+        assert notes == [[loaded_model.FOLDED_SYSTEM_NOTE], []]
+    finally:
+        eng.kill()
+        eng.close()

@@ -28,6 +28,10 @@ from chatapp.engine.protocol import (
 from chatapp.models.gguf_info import quant_name
 
 TEMPLATE_TIMEOUT_S = 2.0
+FOLDED_SYSTEM_NOTE = (
+    "the model's chat template has no system role; the system prompt goes at the start of the "
+    "first user message"
+)
 
 
 def open_llama(options: LoadOptions, verbose: bool):
@@ -120,6 +124,7 @@ class Worker:
         self._eog: list[int] | None = None
         meta = self.llama.metadata
         self.chat_template = meta.get("tokenizer.chat_template", "")
+        self.noted: set[str] = set()  # notices said once per loaded model (FOLDED_SYSTEM_NOTE)
         self.bos_id = llama_cpp.llama_vocab_bos(self.vocab)
         self.eos_id = llama_cpp.llama_vocab_eos(self.vocab)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
@@ -282,19 +287,23 @@ class Worker:
     # ---- the prompt ---------------------------------------------------------------------
 
     def render_prompt(self, req: GenerateRequest) -> tuple[str, str]:
-        """Templated prompt text and a warning (empty when the model's template was used)."""
+        """Templated prompt text and a warning: empty when the model's template was used as is,
+        FOLDED_SYSTEM_NOTE when it was used with the system prompt folded into the user turn,
+        else why the plain template was used."""
         if req.raw_prompt is not None:
             return req.raw_prompt, ""
         if self.chat_template:
             try:
-                return self._render_bounded(self.chat_template, req), ""
+                rendered = self._render_bounded(self.chat_template, req)
             except (template.TemplateError, TimeoutError) as exc:
                 warning = f"the model's chat template failed ({exc}); using a plain template"
+            else:
+                return rendered.text, FOLDED_SYSTEM_NOTE if rendered.folded_system else ""
         else:
             warning = "this model has no chat template; using a plain template"
         return template.render_fallback(req.messages), warning
 
-    def _render_bounded(self, source: str, req: GenerateRequest) -> str:
+    def _render_bounded(self, source: str, req: GenerateRequest) -> template.Rendered:
         """The model's template, stopped after TEMPLATE_TIMEOUT_S (it comes from the file)."""
         bos = self.piece(self.bos_id).decode("utf-8", "replace") if self.bos_id >= 0 else ""
         eos = self.piece(self.eos_id).decode("utf-8", "replace") if self.eos_id >= 0 else ""

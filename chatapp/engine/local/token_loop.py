@@ -13,7 +13,7 @@ import numpy as np
 
 from chatapp.engine.local import template
 from chatapp.engine.local.candidates import rank, ranked_size, token_logprob, top_candidates
-from chatapp.engine.local.loaded_model import inject_cpu_fault
+from chatapp.engine.local.loaded_model import FOLDED_SYSTEM_NOTE, inject_cpu_fault
 from chatapp.engine.protocol import (
     Failed,
     Finished,
@@ -220,7 +220,9 @@ class Generation:
             ),
             flush=True,
         )
-        if warning:
+        plain = bool(warning) and warning != FOLDED_SYSTEM_NOTE  # the plain fallback template
+        if plain or (warning and warning not in w.noted):
+            w.noted.add(warning)
             self.send(Notice(warning), flush=True)
 
         s = self.settings
@@ -228,7 +230,7 @@ class Generation:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         text_parts = [decoder.decode(b"".join(w.piece(t) for t in prefix))]
         text_len = len(text_parts[0])
-        stops = req.stop or (template.FALLBACK_STOPS if warning and req.raw_prompt is None else ())
+        stops = req.stop or (template.FALLBACK_STOPS if plain and req.raw_prompt is None else ())
         max_stop = max((len(x) for x in stops), default=0)
         recent = RecentTokens(full, s.repeat_last_n)
         times: list[float] = []
