@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from chatapp.chat.context import fit_messages
 from chatapp.chat.recorder import ChatHistory
+from chatapp.chat.thinking import Split, ThinkingSplitter, opens_thinking, split_reply
 from chatapp.engine.protocol import (
     ChatMessage,
     Engine,
@@ -16,6 +17,7 @@ from chatapp.engine.protocol import (
     Finished,
     GenerateRequest,
     ModelInfo,
+    PromptEvaluated,
     Token,
 )
 from chatapp.history.records import Conversation, Message, StoreError
@@ -24,15 +26,31 @@ from chatapp.sampling import SamplerSettings
 
 @dataclass
 class ReplyDraft:
-    """The reply being written: the tokens it started from (continue, rewind) and its text."""
+    """The reply being written: the tokens it started from (continue, rewind), its text, and
+    that text cut into reasoning and answer (thinking models)."""
 
     prefix: list[Token]
     text: str = ""
     tokens: list[Token] = field(default_factory=list)
+    split: ThinkingSplitter = field(default_factory=ThinkingSplitter)
+    starts_inside: bool = False  # the prompt opened the reasoning
 
     def __post_init__(self) -> None:
         self.tokens = list(self.prefix)
         self.text = "".join(t.text for t in self.prefix)
+
+    def think_from_start(self) -> None:
+        """The prompt opened the reasoning: the reply (its prefix too) starts inside it."""
+        self.starts_inside = True
+        self.split = ThinkingSplitter(inside=True)
+        self.split.feed(self.text)
+
+    def extend(self, tokens: Sequence[Token]) -> str:
+        delta = "".join(t.text for t in tokens)
+        self.tokens.extend(tokens)
+        self.text += delta
+        self.split.feed(delta)
+        return delta
 
 
 @dataclass(frozen=True)
@@ -70,6 +88,7 @@ class ChatSession:
         self.info: ModelInfo | None = None
         self.conversation: list[ChatMessage] = []
         self.draft: ReplyDraft | None = None
+        self.last_split: Split | None = None  # the last finished reply: reasoning and answer
 
     # ---- the engine ---------------------------------------------------------------------
 
@@ -144,6 +163,7 @@ class ChatSession:
         """The request for the next reply (continuing `prefix`, if given); opens its row."""
         kept, dropped = self.fitted()
         self.draft = ReplyDraft(list(prefix))
+        self.draft.split.feed(self.draft.text)
         self.history.begin_reply(self.settings)
         request = GenerateRequest(
             messages=tuple(kept),
@@ -155,20 +175,31 @@ class ChatSession:
         )
         return Prepared(request, dropped)
 
+    def prompt_evaluated(self, event: PromptEvaluated) -> None:
+        """The engine rendered and read the prompt; if it opened the model's reasoning, the
+        reply starts inside it."""
+        if self.draft is not None and opens_thinking(event.rendered):
+            self.draft.think_from_start()
+
     def took(self, tokens: Sequence[Token]) -> None:
         """Tokens of the reply arrived; its text is saved at most once a second."""
         draft = self.draft
         if draft is None:
             return
-        draft.tokens.extend(tokens)
-        draft.text += "".join(t.text for t in tokens)
+        draft.extend(tokens)
         self.history.stream(draft.text)
 
-    def finished(self, event: Finished) -> None:
-        """The reply ended (complete, stopped or cut): it joins the conversation."""
-        self.conversation.append(ChatMessage("assistant", event.text))
+    def finished(self, event: Finished) -> Split:
+        """The reply ended (complete, stopped or cut): its answer joins the conversation (the
+        reasoning is not shown to the model again, as thinking templates do), the history keeps
+        the whole text. Returns the reply cut into reasoning and answer."""
+        split = split_reply(event.text, inside=self.draft is not None and self.draft.starts_inside)
+        answer = split.answer if (split.thinking or split.closed) else event.text
+        self.conversation.append(ChatMessage("assistant", answer))
         self.history.finish(event.text, event, self.settings)
         self.draft = None
+        self.last_split = split
+        return split
 
     def failed(self, message: str) -> str:
         """The reply failed: what it wrote so far stays (and is returned)."""
@@ -190,7 +221,9 @@ class ChatSession:
         ended = False
         try:
             for event in self.engine.generate(prepared.request):
-                if isinstance(event, Token):
+                if isinstance(event, PromptEvaluated):
+                    self.prompt_evaluated(event)
+                elif isinstance(event, Token):
                     self.took([event])
                 elif isinstance(event, Finished):
                     self.finished(event)

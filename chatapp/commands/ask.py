@@ -96,8 +96,11 @@ def run_ask(
     assert finished is not None
     st = finished.stats
     if as_json:
+        split = session.last_split
         payload = {
             "text": finished.text,
+            "thinking": split.thinking if split else "",  # a thinking model's reasoning
+            "answer": split.answer if split and (split.thinking or split.closed) else finished.text,
             "stop_reason": str(finished.reason),
             "prompt_tokens": st.prompt_tokens,
             "completion_tokens": st.completion_tokens,

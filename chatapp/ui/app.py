@@ -211,6 +211,7 @@ class ChatApp(ModelHost):
     # ---- events from the generation thread -----------------------------------------------
 
     def on_prompt_shown(self, message: PromptShown) -> None:
+        self.session.prompt_evaluated(message.event)
         self.panels.prompt(message.event)
 
     async def on_tokens_arrived(self, message: TokensArrived) -> None:
