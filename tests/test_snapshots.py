@@ -95,3 +95,24 @@ def test_help_screen(snap_compare):
 
 def test_small_terminal_layout(snap_compare):
     assert snap_compare(make_app(), terminal_size=(100, 30), run_before=_after_reply)
+
+
+def test_a_thinking_models_reply_with_its_reasoning_folded(snap_compare, monkeypatch):
+    import chatapp.ui.app as app_module
+    from chatapp.sampling import SamplerSettings
+
+    words = ["<think>", "The", "user", "asks", "about", "the", "sea", ".", "</think>"]
+    words += "The sea at night is dark and calm .".split()
+    engine = ScriptedEngine(delay=0.0, pinned_stats=FINISHED, words=words)
+    app = ChatApp(
+        lambda: engine,
+        model_label="scripted.gguf",
+        settings=SamplerSettings(max_tokens=len(words)),
+    )
+    # the label's timings come from the engine's clock: pinned so the picture is stable
+    monkeypatch.setattr(
+        app_module,
+        "_thinking_label",
+        lambda draft, reply: f"Thinking · {draft.thinking_tokens} tokens",
+    )
+    assert snap_compare(app, terminal_size=SIZE, run_before=_after_reply)

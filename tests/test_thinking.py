@@ -104,3 +104,37 @@ def test_when_the_prompt_opens_the_reasoning_the_session_starts_inside_it():
             session.took([event])
     assert split.thinking.strip() == "weighing it" and split.closed
     assert session.conversation[-1].content.startswith("Yes")  # (the model sees the answer)
+
+
+async def test_the_tui_streams_reasoning_into_a_block_that_folds_and_is_saved(tmp_path):
+    from test_ui import SIZE, send, wait_until
+    from textual.widgets import Collapsible, Static
+
+    from chatapp.chat.recorder import ChatHistory
+    from chatapp.history.store import Store
+    from chatapp.ui.app import ChatApp
+
+    words = ["<think>", "let", "me", "see", "</think>", "The", "answer", "is", "four", "."]
+    engine = ScriptedEngine(delay=0.05, words=words)
+    app = ChatApp(lambda: engine, settings=SamplerSettings(max_tokens=len(words)))
+    store = Store(tmp_path / "history.db")
+    app.history = ChatHistory(store, app._warn)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "What is 2+2?")
+        item = app.chat.items()[-1]
+        await wait_until(pilot, lambda: item.query(Collapsible))
+        block = item.query_one(Collapsible)
+        assert not block.collapsed  # open while the model thinks
+        await wait_until(pilot, lambda: app.reply is None)
+        assert block.collapsed and block.title.startswith("Thinking · 5 tokens")
+        assert "let me see" in str(block.query_one(".thinking-text", Static).content)
+        assert item.text.strip() == "The answer is four ." and "<think>" not in item.text
+        assert app.conversation[-1].content.strip() == "The answer is four ."
+        saved = store.messages(app.history.conversation_id)[-1]
+        assert saved.text.lstrip().startswith("<think>") and "four" in saved.text
+        # a saved conversation shows its reasoning folded again
+        await app.action_new_chat()
+        await app.resume(saved.conversation_id)
+        await pilot.pause(0.2)
+        again = app.chat.items()[-1]
+        assert again.query_one(Collapsible).collapsed and "<think>" not in again.text

@@ -241,9 +241,10 @@ async def test_side_panels_redraw_at_most_every_panel_interval_and_end_complete(
         await send(pilot, app, "Tell me more")
         await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
         reply = app.last_reply
-        span = reply.tokens[-1].t - reply.tokens[0].t
         assert len(reply.tokens) == 2 * len(WORDS) * 6
         batches = len(app.paint_log)
+        # the UI's own clock: on a loaded machine it paints later than the tokens were made
+        span = app.paint_log[-1][0] - app.paint_log[0][0]
         # at most one redraw per interval (plus the first token and the finish)
         assert len(redraws) <= span / app.cadence.panels_s + 3 < batches
         # and once the reply is done every panel shows all of it

@@ -45,11 +45,20 @@ class ReplyDraft:
         self.split = ThinkingSplitter(inside=True)
         self.split.feed(self.text)
 
+    thinking_tokens: int = 0
+    first_answer_t: float | None = None  # engine clock of the first token after the reasoning
+
     def extend(self, tokens: Sequence[Token]) -> str:
+        for tok in tokens:
+            thinking = self.split.in_thinking or self.split.state == "start"
+            self.split.feed(tok.text)
+            if thinking and (self.split.in_thinking or self.split.closed):
+                self.thinking_tokens += 1  # (the </think> token counts as reasoning)
+            elif self.first_answer_t is None and self.split.answer.strip():
+                self.first_answer_t = tok.t
         delta = "".join(t.text for t in tokens)
         self.tokens.extend(tokens)
         self.text += delta
-        self.split.feed(delta)
         return delta
 
 

@@ -184,6 +184,8 @@ class ChatApp(ModelHost):
         self._blink(False)  # a blinking cursor is two frames a second that the model pays for
         self.paint_log = []
         prepared = self.session.prepare(reply.tokens)
+        split = self.session.draft.split
+        reply.shown_thinking, reply.shown_answer = len(split.thinking), len(split.answer)
         self._show_left_out(item, prepared.dropped)
         self.panels.settings = self.settings
         self.panels.start(reply)
@@ -221,12 +223,31 @@ class ChatApp(ModelHost):
         first = not reply.tokens or len(reply.tokens) == len(reply.prefix_ids)
         reply.add(message.tokens)
         self.paint_log.append((time.perf_counter(), len(message.tokens)))
-        await reply.item.write("".join(t.text for t in message.tokens))
         self.session.took(message.tokens)
+        await self._show_text(reply)
         if first and reply.first_paint_s is None:
             self.call_after_refresh(self._record_first_paint, reply)
         self.panels.settings = self.settings
         self.panels.took(message.tokens, first)
+
+    async def _show_text(self, reply: Reply) -> None:
+        """The new text of the reply: reasoning into its folded block, the answer below."""
+        draft = self.session.draft
+        if draft is None:
+            return
+        split = draft.split
+        thinking, answer = (
+            split.thinking[reply.shown_thinking :],
+            split.answer[reply.shown_answer :],
+        )
+        if thinking:
+            reply.shown_thinking = len(split.thinking)
+            await reply.item.write_thinking(thinking, f"Thinking… {draft.thinking_tokens} tokens")
+        if answer:
+            if reply.shown_answer == 0 and split.closed:
+                reply.item.fold_thinking(_thinking_label(draft, reply))
+            reply.shown_answer = len(split.answer)
+            await reply.item.write(answer)
 
     def _record_first_paint(self, reply: Reply) -> None:
         reply.first_paint_s = time.perf_counter() - reply.submitted
@@ -250,8 +271,15 @@ class ChatApp(ModelHost):
         ev = message.event
         reply.finished = ev
         st = ev.stats
-        await reply.item.finish(ev.text, footer_for(ev, reply, self.info))
-        self.session.finished(ev)
+        draft = self.session.draft
+        label = _thinking_label(draft, reply) if draft else ""
+        split = self.session.finished(ev)
+        if split.thinking or split.closed:
+            await reply.item.finish(
+                split.answer, footer_for(ev, reply, self.info), split.thinking, label
+            )
+        else:
+            await reply.item.finish(ev.text, footer_for(ev, reply, self.info))
         self.stats_panel.stats = self.stats_panel.stats.but(
             state="ready",
             stop_reason=str(ev.reason),
@@ -440,3 +468,15 @@ class ChatApp(ModelHost):
             self.probs.settings = reply.settings_at(message.index, self.settings)
             self.probs.chosen = tok.id
             self.probs.candidates = tok.candidates
+
+
+def _thinking_label(draft, reply: Reply) -> str:
+    """The folded reasoning's line: its tokens, its time, and when the answer began."""
+    parts = [f"Thinking · {draft.thinking_tokens} tokens"]
+    start = (
+        reply.tokens[len(reply.prefix_ids)].t if len(reply.tokens) > len(reply.prefix_ids) else None
+    )
+    if draft.first_answer_t is not None and start is not None:
+        parts.append(f"{draft.first_answer_t - start:.1f} s")
+        parts.append(f"answer after {(draft.first_answer_t - reply.submitted) * 1000:.0f} ms")
+    return " · ".join(parts)

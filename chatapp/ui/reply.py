@@ -22,6 +22,8 @@ class Reply:
     finished: Finished | None = None
     settings_changes: list[tuple[int, SamplerSettings]] = field(default_factory=list)
     speeds: list[float] = field(default_factory=list)
+    shown_thinking: int = 0  # characters of the reasoning / the answer on screen
+    shown_answer: int = 0
 
     def __post_init__(self) -> None:
         self.prefix_ids = [t.id for t in self.tokens]

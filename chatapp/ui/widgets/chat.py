@@ -8,8 +8,9 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.visual import visualize
-from textual.widgets import Markdown, Static
+from textual.widgets import Collapsible, Markdown, Static
 
+from chatapp.chat.thinking import split_reply
 from chatapp.textsafe import printable
 
 # A message longer than this shows its start only: wrapping a megabyte would freeze the UI.
@@ -53,11 +54,22 @@ class MessageView(Vertical):
     MessageView.left-out { opacity: 55%; border-left: thick $warning; }
     MessageView > Markdown { margin: 0; padding: 0; background: transparent; }
     MessageView > .body { height: auto; }
+    MessageView > .role-line { color: $text-muted; text-style: bold; height: 1; }
+    MessageView > Collapsible.thinking { margin: 0; padding: 0; border: none;
+        background: transparent; color: $text-muted; }
+    MessageView > Collapsible.thinking Contents { padding: 0 0 0 2; }
+    MessageView > Collapsible.thinking .thinking-text { color: $text-muted; text-style: italic; }
     """
 
     def __init__(self, role: str, text: str = "", footer: str = "") -> None:
         super().__init__(classes=role)
         self.role = role
+        self.thinking = ""  # a thinking model's reasoning, shown folded above the answer
+        self.thinking_label = "Thinking"
+        if role == "assistant" and text:
+            split = split_reply(text)  # (a stored reply keeps its reasoning in its text)
+            if split.thinking:
+                text, self.thinking = split.answer, split.thinking
         self.text = text
         self._footer = footer
         self._stream = None
@@ -69,7 +81,39 @@ class MessageView(Vertical):
         return self._footer
 
     def compose(self) -> ComposeResult:
+        if self.thinking:
+            yield Static(classes="role-line")
+            yield self._thinking_block(collapsed=True)
         yield Static(classes="body")
+
+    def _thinking_block(self, collapsed: bool) -> Collapsible:
+        text = Static(printable(self.thinking[-SHOWN_CHARS:]), classes="thinking-text")
+        return Collapsible(text, title=self.thinking_label, collapsed=collapsed, classes="thinking")
+
+    async def write_thinking(self, delta: str, label: str) -> None:
+        """Append streamed reasoning: it shows unfolded while the model thinks."""
+        self.thinking += delta
+        self.thinking_label = label
+        blocks = self.query(Collapsible)
+        if not blocks:
+            await self._mount_thinking(collapsed=False)
+            return
+        block = blocks.first()
+        block.title = label
+        block.query_one(".thinking-text", Static).update(printable(self.thinking[-SHOWN_CHARS:]))
+
+    async def _mount_thinking(self, collapsed: bool) -> None:
+        await self.mount_all(
+            [Static(classes="role-line"), self._thinking_block(collapsed)], before=0
+        )
+        self._paint()
+
+    def fold_thinking(self, label: str) -> None:
+        """The answer began (or the reply ended): the reasoning folds to one line."""
+        self.thinking_label = label
+        for block in self.query(Collapsible):
+            block.title = label
+            block.collapsed = True
 
     def on_mount(self) -> None:
         self._paint()
@@ -94,12 +138,18 @@ class MessageView(Vertical):
             self.role, self.role
         )
         self._painted_look = look = self._look()
-        parts: list = [Text(label, style=look[0])]
+        role = Text(label, style=look[0])
+        heads = self.query(".role-line")
+        if heads:  # a thinking reply: role, folded reasoning, then the answer
+            heads.first(Static).update(role)
+        parts: list = [] if heads else [role]
         if self._stream is None:  # (while streaming, not even a continued reply's old stats)
             parts.append(self._body())
             if self._footer:
                 parts.append(Text(self._footer, style=look[1]))
-        self.query_one(".body", Static).update(Group(*parts))
+        body = self.query_one(".body", Static)
+        body.display = bool(parts)
+        body.update(Group(*parts))
 
     def _body(self):
         text = printable(self.text[:SHOWN_CHARS])
@@ -130,8 +180,11 @@ class MessageView(Vertical):
             await self.start_stream()
         await self._stream.write(printable(delta))
 
-    async def finish(self, text: str, footer: str = "") -> None:
-        """One full render of the final text (closes half-drawn code fences)."""
+    async def finish(
+        self, text: str, footer: str = "", thinking: str = "", thinking_label: str = ""
+    ) -> None:
+        """One full render of the final text (closes half-drawn code fences); a thinking
+        model's reasoning stays folded above it."""
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
@@ -139,6 +192,13 @@ class MessageView(Vertical):
         self._footer = footer
         for live in self.query(Markdown):
             await live.remove()
+        if thinking:
+            self.thinking = thinking
+            if not self.query(Collapsible):
+                await self._mount_thinking(collapsed=True)
+            block = self.query_one(Collapsible)
+            block.query_one(".thinking-text", Static).update(printable(thinking[-SHOWN_CHARS:]))
+            self.fold_thinking(thinking_label or self.thinking_label)
         self._paint()
 
     def set_footer(self, footer: str) -> None:
