@@ -55,6 +55,14 @@ FlashOpt = Annotated[
         help="flash attention (default: as tuned, else off on the CPU, auto on a GPU)",
     ),
 ]
+ThinkOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--think/--no-think",
+        help="thinking models: reasoning on or off where the chat template has the switch "
+        "(default: config, else the template's own)",
+    ),
+]
 RepackOpt = Annotated[
     bool | None,
     typer.Option(
@@ -85,6 +93,7 @@ def root(ctx: typer.Context) -> None:
             server=None,
             api_key_env=None,
             model_name=None,
+            think=None,
         )
 
 
@@ -102,11 +111,16 @@ def chat(
     server: ServerOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
     model_name: ModelNameOpt = None,
+    think: ThinkOpt = None,
 ) -> None:
     """Open the chat TUI (settings not given here come from config.toml)."""
+    from dataclasses import replace
+
     from chatapp.config import load_config
 
     config, problems = load_config()
+    if think is not None:
+        config = replace(config, think=think)
     url, remote = resolve_server(server, api_key_env, model_name, config)
     options = load_options(
         model, ctx, ngl, threads, batch, flash_attn, repack, config, find_model=url is None
@@ -136,6 +150,7 @@ def ask(
     threads: ThreadsOpt = None,
     flash_attn: FlashOpt = None,
     repack: RepackOpt = None,
+    think: ThinkOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
     server: ServerOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
@@ -168,6 +183,7 @@ def ask(
         as_json=as_json,
         server=url,
         remote=remote if url else None,
+        think=config.think if think is None else think,
     )
     raise typer.Exit(code)
 

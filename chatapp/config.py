@@ -54,6 +54,9 @@ class Config:
     repack: bool | None = None
     """llama.cpp's extra CPU buffer types (AMX, weight repacking); None (absent) = on, unless
     they crashed on this machine."""
+    think: bool | None = None
+    """Thinking models: reasoning on (true) or off (false) where the chat template has the
+    switch (`enable_thinking`); None (absent) = the template's own default."""
     system_prompt: str = ""
     """System prompt of new conversations ("" = none)."""
     theme: str = DEFAULT_THEME
@@ -203,6 +206,7 @@ class _Loader:
             "threads": _threads,
             "flash_attn": _flag,
             "repack": _flag,
+            "think": _flag,
             "system_prompt": _text,
             "theme": _name,
         }
@@ -317,6 +321,7 @@ def to_toml(config: Config) -> str:
         "threads": config.threads or 0,
         "flash_attn": config.flash_attn,
         "repack": config.repack,
+        "think": config.think,
         "system_prompt": config.system_prompt,
         "theme": config.theme,
     }

@@ -138,3 +138,78 @@ async def test_the_tui_streams_reasoning_into_a_block_that_folds_and_is_saved(tm
         await pilot.pause(0.2)
         again = app.chat.items()[-1]
         assert again.query_one(Collapsible).collapsed and "<think>" not in again.text
+
+
+THINKING_CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
+    "{% else %}<think>\n{% endif %}{% endif %}"
+)
+
+
+@pytest.mark.slow
+def test_a_thinking_template_on_the_real_model_opens_or_skips_the_reasoning(model_path):
+    from chatapp.engine.factory import make_engine
+    from chatapp.engine.protocol import LoadOptions
+
+    options = LoadOptions(
+        model_path=model_path, n_ctx=512, n_gpu_layers=0, chat_template=THINKING_CHATML
+    )
+    engine = make_engine(options)
+    try:
+        session = ChatSession(settings=SamplerSettings(temperature=0.0, max_tokens=12))
+        session.attach(engine, engine.start())
+        events = list(session.send("What is 2+2?"))
+        prompt = next(e for e in events if isinstance(e, PromptEvaluated))
+        assert prompt.rendered.endswith("<|im_start|>assistant\n<think>\n")
+        split = session.last_split
+        reply = events[-1].text
+        assert isinstance(events[-1], Finished) and reply
+        if split.closed:  # the model closed its reasoning itself
+            assert reply.startswith(split.thinking)
+        else:  # 12 tokens of reasoning: all of it counts as thinking, no answer yet
+            assert split.thinking == reply and split.answer == ""
+        session.new_chat()
+        session.enable_thinking = False
+        events = list(session.send("What is 2+2?"))
+        prompt = next(e for e in events if isinstance(e, PromptEvaluated))
+        assert prompt.rendered.endswith("<think>\n\n</think>\n\n")
+        assert session.last_split.thinking == ""
+        assert session.conversation[-1].content == events[-1].text
+    finally:
+        engine.close()
+
+
+async def test_ctrl_b_switches_thinking_for_the_next_request():
+    from test_ui import SIZE, send, wait_until
+
+    from chatapp.ui.app import ChatApp
+
+    engine = ScriptedEngine(delay=0)
+    app = ChatApp(lambda: engine, settings=SamplerSettings(max_tokens=2))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "one")
+        await wait_until(pilot, lambda: app.reply is None)
+        assert engine.requests[-1].enable_thinking is None  # the template's own default
+        await pilot.press("ctrl+b")
+        assert "thinking off" in str(app.query_one("#status-line").content)
+        await send(pilot, app, "two")
+        await wait_until(pilot, lambda: app.reply is None and len(engine.requests) == 2)
+        assert engine.requests[-1].enable_thinking is False
+        await pilot.press("ctrl+b")
+        assert app.session.enable_thinking is True
+
+
+def test_the_think_key_in_config_is_read_and_written_back(tmp_path):
+    from chatapp.config import load_config, to_toml
+
+    path = tmp_path / "config.toml"
+    path.write_text("think = false\n", encoding="utf-8")
+    config, problems = load_config(path)
+    assert problems == [] and config.think is False
+    path.write_text(to_toml(config), encoding="utf-8")
+    assert load_config(path)[0].think is False
+    path.write_text('think = "maybe"\n', encoding="utf-8")
+    config, problems = load_config(path)
+    assert config.think is None and any("think" in p for p in problems)

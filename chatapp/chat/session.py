@@ -93,6 +93,7 @@ class ChatSession:
         self.top_n = top_n  # candidates reported per token
         self.ignore_eos = False  # benchmarks: replies of exactly max_tokens
         self.stop: tuple[str, ...] = ()
+        self.enable_thinking: bool | None = None  # thinking models: on / off / the template's
         self.engine: Engine | None = None
         self.info: ModelInfo | None = None
         self.conversation: list[ChatMessage] = []
@@ -181,6 +182,7 @@ class ChatSession:
             reply_prefix_ids=tuple(t.id for t in prefix),
             top_n=self.top_n,
             ignore_eos=self.ignore_eos,
+            enable_thinking=self.enable_thinking,
         )
         return Prepared(request, dropped)
 

@@ -63,10 +63,12 @@ def run_ask(
     top_n: int = 5,
     server: str | None = None,
     remote: dict | None = None,
+    think: bool | None = None,
 ) -> int:
     engine = started_engine(options, server, **(remote or {}))
     session = ChatSession(settings=settings, system_prompt=system or "", top_n=top_n)
     session.stop = tuple(stop)
+    session.enable_thinking = think
     session.attach(engine, engine.info)
     tokens: list[Token] = []
     finished: Finished | None = None

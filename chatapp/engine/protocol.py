@@ -77,6 +77,8 @@ class LoadOptions:
     repack: bool | None = None
     """llama.cpp's extra CPU buffer types (AMX, CPU_REPACK weight repacking); None = on,
     unless they crashed on this machine and build (remembered) or the tune turned them off."""
+    chat_template: str | None = None
+    """A jinja chat template used instead of the file's own (None = the file's)."""
 
     @property
     def threads(self) -> int:
@@ -120,6 +122,7 @@ class GenerateRequest:
     ignore_eos: bool = False  # benchmarks: generate exactly max_tokens
     raw_prompt: str | None = None  # skip the chat template (completion mode)
     prompt_ids: tuple[int, ...] | None = None  # exact prompt tokens (benchmarks); no template
+    enable_thinking: bool | None = None  # the template's switch for reasoning (None: its own)
 
 
 @dataclass(frozen=True)

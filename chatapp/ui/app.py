@@ -70,6 +70,7 @@ class ChatApp(ModelHost):
             remember_theme,
         )  # fmt: skip
         self.startup_notes = list(startup_notes)
+        self.session.enable_thinking = self.config.think
         self.reply: Reply | None = None
         self.last_reply: Reply | None = None
         self._reply_ids = 0
@@ -383,6 +384,13 @@ class ChatApp(ModelHost):
         keep = list(last.tokens[:cursor])
         await last.item.finish("".join(t.text for t in keep))
         await self._generate(prefix=keep, item=last.item)
+
+    def action_toggle_thinking(self) -> None:
+        """Thinking models: the template's reasoning switch, on or off from the next reply."""
+        on = self.session.enable_thinking is False
+        self.session.enable_thinking = on
+        state = "on" if on else "off"
+        self.set_status(f"thinking {state} from the next reply (where the template has it)")
 
     async def action_new_chat(self) -> None:
         if self.reply is not None:

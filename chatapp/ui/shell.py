@@ -46,6 +46,9 @@ class ChatShell(App):
         Binding("f6", "focus_sampler", "Sampler", id="view.focus_sampler", priority=True),
         Binding("ctrl+t", "next_theme", "Theme", id="view.next_theme", priority=True),
         Binding("f7", "conversations", "History", id="chat.history", priority=True),
+        Binding(
+            "ctrl+b", "toggle_thinking", "Think on/off", show=False, id="chat.think", priority=True
+        ),
         Binding("f8", "pick_model", "Models", id="models.pick", priority=True),
         Binding("f9", "model_card", "Model card", id="models.card", priority=True),
         Binding("f10", "compare_models", "Compare", id="models.compare", priority=True),

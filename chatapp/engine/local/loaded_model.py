@@ -123,7 +123,7 @@ class Worker:
         self._logit_views: dict[int, np.ndarray] = {}
         self._eog: list[int] | None = None
         meta = self.llama.metadata
-        self.chat_template = meta.get("tokenizer.chat_template", "")
+        self.chat_template = options.chat_template or meta.get("tokenizer.chat_template", "")
         self.noted: set[str] = set()  # notices said once per loaded model (FOLDED_SYSTEM_NOTE)
         self.bos_id = llama_cpp.llama_vocab_bos(self.vocab)
         self.eos_id = llama_cpp.llama_vocab_eos(self.vocab)
@@ -308,7 +308,13 @@ class Worker:
         bos = self.piece(self.bos_id).decode("utf-8", "replace") if self.bos_id >= 0 else ""
         eos = self.piece(self.eos_id).decode("utf-8", "replace") if self.eos_id >= 0 else ""
         return call_with_timeout(
-            lambda: template.render(source, req.messages, bos_token=bos, eos_token=eos),
+            lambda: template.render(
+                source,
+                req.messages,
+                bos_token=bos,
+                eos_token=eos,
+                enable_thinking=req.enable_thinking,
+            ),
             TEMPLATE_TIMEOUT_S,
         )
 
