@@ -76,7 +76,36 @@ async def main() -> None:
         app.clear_notifications()
         await pilot.pause(0.3)
         app.save_screenshot(str(OUT / "light-theme.svg"))
+    await thinking_shot()
     print("\n".join(sorted(p.name for p in OUT.glob("*.svg"))), file=sys.stderr)
+
+
+# A thinking-style template (its generation prompt opens <think>, as Qwen3's and the
+# DeepSeek-R1 distills' do) on the bundled model: the reasoning streams into its block.
+THINKING_CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
+)
+
+
+async def thinking_shot() -> None:
+    options = LoadOptions(
+        model_path=str(smollm2_path()), n_ctx=2048, n_gpu_layers=0, chat_template=THINKING_CHATML
+    )
+    app = ChatApp(
+        lambda: LocalEngine(options),
+        settings=SamplerSettings(temperature=0.0, max_tokens=90),
+        model_label="SmolLM2-135M-Instruct.Q4_1.gguf (thinking template)",
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#prompt").cursor_blink = False
+        await wait_until(pilot, lambda: app.engine is not None)
+        app.query_one("#prompt").text = "Why is the sky blue? Think first."
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        app.clear_notifications()
+        await pilot.pause(0.3)
+        app.save_screenshot(str(OUT / "thinking.svg"))
 
 
 if __name__ == "__main__":

@@ -276,8 +276,14 @@ class ChatApp(ModelHost):
         label = _thinking_label(draft, reply) if draft else ""
         split = self.session.finished(ev)
         if split.thinking or split.closed:
+            if not split.closed:
+                label += " · the reply ended while thinking"
             await reply.item.finish(
-                split.answer, footer_for(ev, reply, self.info), split.thinking, label
+                split.answer,
+                footer_for(ev, reply, self.info),
+                split.thinking,
+                label,
+                fold=split.closed,
             )
         else:
             await reply.item.finish(ev.text, footer_for(ev, reply, self.info))

@@ -181,7 +181,12 @@ class MessageView(Vertical):
         await self._stream.write(printable(delta))
 
     async def finish(
-        self, text: str, footer: str = "", thinking: str = "", thinking_label: str = ""
+        self,
+        text: str,
+        footer: str = "",
+        thinking: str = "",
+        thinking_label: str = "",
+        fold: bool = True,
     ) -> None:
         """One full render of the final text (closes half-drawn code fences); a thinking
         model's reasoning stays folded above it."""
@@ -198,7 +203,10 @@ class MessageView(Vertical):
                 await self._mount_thinking(collapsed=True)
             block = self.query_one(Collapsible)
             block.query_one(".thinking-text", Static).update(printable(thinking[-SHOWN_CHARS:]))
-            self.fold_thinking(thinking_label or self.thinking_label)
+            if fold:
+                self.fold_thinking(thinking_label or self.thinking_label)
+            else:  # the reply ended while still thinking: that is all there is to read
+                block.title = thinking_label or self.thinking_label
         self._paint()
 
     def set_footer(self, footer: str) -> None:
