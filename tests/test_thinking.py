@@ -115,7 +115,7 @@ async def test_the_tui_streams_reasoning_into_a_block_that_folds_and_is_saved(tm
     from chatapp.ui.app import ChatApp
 
     words = ["<think>", "let", "me", "see", "</think>", "The", "answer", "is", "four", "."]
-    engine = ScriptedEngine(delay=0.05, words=words)
+    engine = ScriptedEngine(delay=0.25, words=words)  # (slow: the open block is seen)
     app = ChatApp(lambda: engine, settings=SamplerSettings(max_tokens=len(words)))
     store = Store(tmp_path / "history.db")
     app.history = ChatHistory(store, app._warn)
