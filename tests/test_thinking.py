@@ -213,3 +213,22 @@ def test_the_think_key_in_config_is_read_and_written_back(tmp_path):
     path.write_text('think = "maybe"\n', encoding="utf-8")
     config, problems = load_config(path)
     assert config.think is None and any("think" in p for p in problems)
+
+
+def test_the_export_keeps_reasoning_and_answer_apart(tmp_path):
+    from chatapp.commands.history import _markdown, export_data
+    from chatapp.history.records import MessageStatus
+    from chatapp.history.store import Store
+
+    store = Store(tmp_path / "history.db")
+    cid = store.create_conversation("sums")
+    store.add_message(cid, "user", "2+2?")
+    rid = store.begin_reply(cid)
+    store.finish_reply(rid, "<think>two and two</think>\nFour.", MessageStatus.COMPLETE)
+    conversation, messages = store.get_conversation(cid), store.messages(cid)
+    md = _markdown(conversation, messages)
+    assert "<details><summary>Thinking</summary>" in md and "two and two" in md
+    assert md.rstrip().split("## Assistant")[1].count("Four.") == 1
+    reply = export_data(conversation, messages)["messages"][-1]
+    assert (reply["thinking"], reply["answer"]) == ("two and two", "Four.")
+    assert reply["text"].startswith("<think>")  # the stored text stays whole

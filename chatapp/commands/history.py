@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from chatapp import paths
+from chatapp.chat.thinking import split_reply
 from chatapp.config import load_config, state_file, to_toml
 from chatapp.history.store import (
     SCHEMA_VERSION,
@@ -115,7 +116,14 @@ def _markdown(conversation: Conversation, messages: list[Message]) -> str:
         out += ["", "## System", "", conversation.system_prompt]
     for m in messages:
         status = "" if m.status is MessageStatus.COMPLETE else f" ({m.status.value})"
-        out += ["", f"## {m.role.capitalize()}{status}", "", m.text or "*(empty)*"]
+        out += ["", f"## {m.role.capitalize()}{status}", ""]
+        split = split_reply(m.text or "") if m.role == "assistant" else None
+        if split and split.thinking:  # a thinking model: its reasoning folded, then the answer
+            out += ["<details><summary>Thinking</summary>", "", split.thinking.strip(), "",
+                    "</details>", ""]  # fmt: skip
+            out.append(split.answer or "*(no answer: the reply ended while thinking)*")
+        else:
+            out.append(m.text or "*(empty)*")
         if m.role == "assistant":
             out += ["", *_markdown_footer(m)]
     return "\n".join(out).rstrip() + "\n"
@@ -149,8 +157,19 @@ def export_data(conversation: Conversation, messages: list[Message]) -> dict[str
         "version": EXPORT_VERSION,
         "schema": SCHEMA_VERSION,
         "conversation": conversation.to_dict(),
-        "messages": [m.to_dict() for m in messages],
+        "messages": [_message_data(m) for m in messages],
     }
+
+
+def _message_data(m: Message) -> dict[str, Any]:
+    """A message as data; a thinking model's reply also has its reasoning and answer apart
+    (`text` stays the whole reply, as stored)."""
+    data = m.to_dict()
+    if m.role == "assistant":
+        split = split_reply(m.text or "")
+        if split.thinking:
+            data["thinking"], data["answer"] = split.thinking, split.answer
+    return data
 
 
 def history_export(conversation_id: int, fmt: str = "md", out: Path | None = None) -> int:
