@@ -98,7 +98,7 @@ def test_small_terminal_layout(snap_compare):
 
 
 def test_a_thinking_models_reply_with_its_reasoning_folded(snap_compare, monkeypatch):
-    import chatapp.ui.app as app_module
+    import chatapp.ui.reply as reply_module
     from chatapp.sampling import SamplerSettings
 
     words = ["<think>", "The", "user", "asks", "about", "the", "sea", ".", "</think>"]
@@ -111,8 +111,8 @@ def test_a_thinking_models_reply_with_its_reasoning_folded(snap_compare, monkeyp
     )
     # the label's timings come from the engine's clock: pinned so the picture is stable
     monkeypatch.setattr(
-        app_module,
-        "_thinking_label",
+        reply_module,
+        "thinking_label",
         lambda draft, reply: f"Thinking · {draft.thinking_tokens} tokens",
     )
     assert snap_compare(app, terminal_size=SIZE, run_before=_after_reply)

@@ -225,30 +225,12 @@ class ChatApp(ModelHost):
         reply.add(message.tokens)
         self.paint_log.append((time.perf_counter(), len(message.tokens)))
         self.session.took(message.tokens)
-        await self._show_text(reply)
+        if self.session.draft is not None:
+            await reply.show_text(self.session.draft)
         if first and reply.first_paint_s is None:
             self.call_after_refresh(self._record_first_paint, reply)
         self.panels.settings = self.settings
         self.panels.took(message.tokens, first)
-
-    async def _show_text(self, reply: Reply) -> None:
-        """The new text of the reply: reasoning into its folded block, the answer below."""
-        draft = self.session.draft
-        if draft is None:
-            return
-        split = draft.split
-        thinking, answer = (
-            split.thinking[reply.shown_thinking :],
-            split.answer[reply.shown_answer :],
-        )
-        if thinking:
-            reply.shown_thinking = len(split.thinking)
-            await reply.item.write_thinking(thinking, f"Thinking… {draft.thinking_tokens} tokens")
-        if answer:
-            if reply.shown_answer == 0 and split.closed:
-                reply.item.fold_thinking(_thinking_label(draft, reply))
-            reply.shown_answer = len(split.answer)
-            await reply.item.write(answer)
 
     def _record_first_paint(self, reply: Reply) -> None:
         reply.first_paint_s = time.perf_counter() - reply.submitted
@@ -273,7 +255,7 @@ class ChatApp(ModelHost):
         reply.finished = ev
         st = ev.stats
         draft = self.session.draft
-        label = _thinking_label(draft, reply) if draft else ""
+        label = reply.thinking_label(draft) if draft else ""
         split = self.session.finished(ev)
         if split.thinking or split.closed:
             if not split.closed:
@@ -482,15 +464,3 @@ class ChatApp(ModelHost):
             self.probs.settings = reply.settings_at(message.index, self.settings)
             self.probs.chosen = tok.id
             self.probs.candidates = tok.candidates
-
-
-def _thinking_label(draft, reply: Reply) -> str:
-    """The folded reasoning's line: its tokens, its time, and when the answer began."""
-    parts = [f"Thinking · {draft.thinking_tokens} tokens"]
-    start = (
-        reply.tokens[len(reply.prefix_ids)].t if len(reply.tokens) > len(reply.prefix_ids) else None
-    )
-    if draft.first_answer_t is not None and start is not None:
-        parts.append(f"{draft.first_answer_t - start:.1f} s")
-        parts.append(f"answer after {(draft.first_answer_t - reply.submitted) * 1000:.0f} ms")
-    return " · ".join(parts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from chatapp.chat.session import ReplyDraft
 from chatapp.engine.protocol import Finished, ModelInfo, Token
 from chatapp.sampling import SamplerSettings
 from chatapp.stats_text import stats_footer
@@ -62,6 +63,24 @@ class Reply:
 
     initial_settings: SamplerSettings | None = None
 
+    async def show_text(self, draft: ReplyDraft) -> None:
+        """The reply's new text: reasoning into its block (open while the model thinks), the
+        answer below it (the block folds when the answer begins)."""
+        split = draft.split
+        thinking = split.thinking[self.shown_thinking :]
+        answer = split.answer[self.shown_answer :]
+        if thinking:
+            self.shown_thinking = len(split.thinking)
+            await self.item.write_thinking(thinking, f"Thinking… {draft.thinking_tokens} tokens")
+        if answer:
+            if self.shown_answer == 0 and split.closed:
+                self.item.fold_thinking(self.thinking_label(draft))
+            self.shown_answer = len(split.answer)
+            await self.item.write(answer)
+
+    def thinking_label(self, draft: ReplyDraft) -> str:
+        return thinking_label(draft, self)
+
 
 def footer_for(ev: Finished, reply: Reply, info: ModelInfo | None) -> str:
     """The stats line under a finished reply."""
@@ -89,3 +108,13 @@ def stored_footer(message) -> str:
         message.stop_reason,
         extra,
     )
+
+
+def thinking_label(draft: ReplyDraft, reply: Reply) -> str:
+    """The folded reasoning's line: its tokens, its time, and when the answer began."""
+    parts = [f"Thinking · {draft.thinking_tokens} tokens"]
+    new = reply.tokens[len(reply.prefix_ids) :]
+    if draft.first_answer_t is not None and new:
+        parts.append(f"{draft.first_answer_t - new[0].t:.1f} s")
+        parts.append(f"answer after {(draft.first_answer_t - reply.submitted) * 1000:.0f} ms")
+    return " · ".join(parts)
