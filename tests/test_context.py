@@ -85,3 +85,15 @@ def test_single_turn_is_never_counted_or_cut() -> None:
     chat = [ChatMessage("system", "s"), ChatMessage("user", "long " * 1000)]
     assert fit_messages(chat, count, n_ctx=10, reply_budget=5) == (chat, 0)
     assert count.calls == 0
+
+
+def test_a_counter_that_cannot_tell_leaves_nothing_out() -> None:
+    calls: list[int] = []
+
+    def cannot_tell(messages: list[ChatMessage]) -> None:
+        calls.append(len(messages))
+        return None
+
+    many = [ChatMessage("user" if i % 2 == 0 else "assistant", "x" * 500) for i in range(8)]
+    assert fit_messages(many, cannot_tell, n_ctx=100, reply_budget=10) == (many, 0)
+    assert calls == [8]  # asked once, for the whole conversation

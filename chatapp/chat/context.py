@@ -32,7 +32,7 @@ def turns(messages: Sequence[M]) -> tuple[list[M], list[list[M]]]:
 
 def fit_messages(
     messages: Sequence[M],
-    count_tokens: Callable[[list[M]], int],
+    count_tokens: Callable[[list[M]], int | None],
     n_ctx: int,
     reply_budget: int,
 ) -> tuple[list[M], int]:
@@ -41,13 +41,17 @@ def fit_messages(
     Whole turns are left out from the oldest; the leading system messages and the newest turn
     are always kept (if even they do not fit, they are returned anyway and the engine reports a
     full context). `count_tokens` renders the chat template over a list of messages and counts
-    its tokens; it is called at most 1 + ceil(log2(turns)) times: the number of tokens only
-    shrinks as older turns are left out, so the cut point is found by binary search.
+    its tokens (None when it cannot tell, as for a server whose template is not known here:
+    then nothing is left out); it is called at most 1 + ceil(log2(turns)) times: the number of
+    tokens only shrinks as older turns are left out, so the cut point is found by binary search.
     """
     messages = list(messages)
     budget = n_ctx - reply_budget
     system, groups = turns(messages)
-    if len(groups) <= 1 or count_tokens(messages) <= budget:
+    if len(groups) <= 1:
+        return messages, 0
+    total = count_tokens(messages)
+    if total is None or total <= budget:
         return messages, 0
 
     def without_oldest(k: int) -> list[M]:

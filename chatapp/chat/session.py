@@ -34,10 +34,13 @@ class ReplyDraft:
     tokens: list[Token] = field(default_factory=list)
     split: ThinkingSplitter = field(default_factory=ThinkingSplitter)
     starts_inside: bool = False  # the prompt opened the reasoning
+    thinking_tokens: int = 0
+    first_answer_t: float | None = None  # engine clock of the first token after the reasoning
 
     def __post_init__(self) -> None:
         self.tokens = list(self.prefix)
         self.text = "".join(t.text for t in self.prefix)
+        self.split.feed(self.text)
 
     def think_from_start(self) -> None:
         """The prompt opened the reasoning: the reply (its prefix too) starts inside it."""
@@ -45,10 +48,7 @@ class ReplyDraft:
         self.split = ThinkingSplitter(inside=True)
         self.split.feed(self.text)
 
-    thinking_tokens: int = 0
-    first_answer_t: float | None = None  # engine clock of the first token after the reasoning
-
-    def extend(self, tokens: Sequence[Token]) -> str:
+    def extend(self, tokens: Sequence[Token]) -> None:
         for tok in tokens:
             thinking = self.split.in_thinking or self.split.state == "start"
             self.split.feed(tok.text)
@@ -56,10 +56,8 @@ class ReplyDraft:
                 self.thinking_tokens += 1  # (the </think> token counts as reasoning)
             elif self.first_answer_t is None and self.split.answer.strip():
                 self.first_answer_t = tok.t
-        delta = "".join(t.text for t in tokens)
         self.tokens.extend(tokens)
-        self.text += delta
-        return delta
+        self.text += "".join(t.text for t in tokens)
 
 
 @dataclass(frozen=True)
@@ -157,11 +155,8 @@ class ChatSession:
             return messages, 0
         if sum(len(m.content) for m in messages) <= n_ctx - budget:
             return messages, 0
-        count = self.engine.count_tokens
-        if count(messages[-1:]) is None:  # (a server cannot count: it fits its own way)
-            return messages, 0
         try:
-            return fit_messages(messages, count, n_ctx, budget)
+            return fit_messages(messages, self.engine.count_tokens, n_ctx, budget)
         except EngineError:
             return messages, 0
 
@@ -173,7 +168,6 @@ class ChatSession:
         """The request for the next reply (continuing `prefix`, if given); opens its row."""
         kept, dropped = self.fitted()
         self.draft = ReplyDraft(list(prefix))
-        self.draft.split.feed(self.draft.text)
         self.history.begin_reply(self.settings)
         request = GenerateRequest(
             messages=tuple(kept),
