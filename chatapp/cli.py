@@ -368,6 +368,13 @@ def compare(
     as_json: JsonOpt = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="CSV on stdout")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="a Markdown table")] = False,
+    text: Annotated[
+        Path | None,
+        typer.Option(help="score quality on this text file, as llama-perplexity does"),
+    ] = None,
+    ctx: Annotated[
+        int, typer.Option(min=8, help="with --text: tokens per chunk (llama-perplexity -c)")
+    ] = 512,
 ) -> None:
     """Size, load time, peak memory, TTFT, speed, and quality (top-1, KL, perplexity)."""
     from chatapp.commands.models import compare_cmd
@@ -378,7 +385,9 @@ def compare(
     options = load_options(
         None, None, ngl, threads, None, flash_attn, repack, read_config(), find_model=False
     )
-    raise typer.Exit(compare_cmd(files, prompt, tokens, reference, fmt, options=options))
+    raise typer.Exit(
+        compare_cmd(files, prompt, tokens, reference, fmt, options=options, text=text, text_ctx=ctx)
+    )
 
 
 # ---- history and config sub-commands -------------------------------------------------------

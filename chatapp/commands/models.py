@@ -143,12 +143,16 @@ def compare_cmd(
     fmt: str = "table",
     threads: int | None = None,
     options: LoadOptions | None = None,
+    text: str | Path | None = None,
+    text_ctx: int = 512,
 ) -> int:
-    """Run each file with the same greedy prompt; speed, memory and quality vs a reference.
+    """Run each file with the same greedy prompt; speed, memory and quality vs a reference
+    (with `text`: scored on that file as llama-perplexity does, chunks of `text_ctx`).
 
     `options` gives the GPU layers, threads, flash attention and repack of every run (the model
     path and context size are compare's own); `threads` overrides its threads."""
     from chatapp.models import compare
+    from chatapp.models.perplexity import ProgressBar
 
     if fmt not in COMPARE_FORMATS:
         raise EngineError(f"unknown format '{fmt}'; choose one of {', '.join(COMPARE_FORMATS)}")
@@ -164,6 +168,9 @@ def compare_cmd(
         n_threads=threads,
         options=options,
         progress=lambda msg: print(msg, file=sys.stderr, flush=True),
+        text_file=text,
+        text_ctx=text_ctx,
+        text_progress=ProgressBar,
     )
     render = {
         "table": compare.format_table,

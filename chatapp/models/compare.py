@@ -23,6 +23,7 @@ from chatapp.engine.protocol import (
     LoadOptions,
     Token,
 )
+from chatapp.models import perplexity
 from chatapp.models.gguf_info import inspect
 from chatapp.sampling import SamplerSettings
 from chatapp.stats_text import DECODE_FORMAT, MS_FORMAT, PREFILL_FORMAT
@@ -68,7 +69,16 @@ class RunResult:
     same_prefix_tokens: int = 0  # leading reply tokens equal to the reference's reply
     top1_agreement: float | None = None  # share of positions with the reference's top token
     mean_kl: float | None = None  # mean KL(reference || this), nats per token
-    perplexity: float | None = None  # on REFERENCE_TEXT
+    perplexity: float | None = None  # on REFERENCE_TEXT, or the user's text (--text)
+    # with --text, scored as llama-perplexity does (chunks of text_ctx, second halves):
+    perplexity_err: float | None = None
+    ppl_ratio: float | None = None  # PPL / the reference's PPL
+    kld_err: float | None = None
+    kld_p99: float | None = None
+    same_top_err: float | None = None
+    rms_dp: float | None = None
+    scored_tokens: int = 0
+    score_s: float | None = None
     error: str = ""  # the file could not be run
     note: str = ""  # something to know about the figures
 
@@ -88,6 +98,8 @@ class CompareResult:
     runs: tuple[RunResult, ...]
     wall_s: float = 0.0
     saved_to: str = field(default="", compare=False)
+    text_file: str = ""  # --text: the user's text, scored in chunks of text_ctx
+    text_ctx: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -155,6 +167,7 @@ def _run_one(
     ref: _Scored | None,
     ref_reply: list[int],
     make_engine: Callable[[LoadOptions], object],
+    scoring: _TextJob | None = None,
 ) -> tuple[RunResult, _Scored, list[int]]:
     """Load one file, generate, score the text; ref=None means this file is the reference."""
     card = inspect(path)
@@ -164,6 +177,16 @@ def _run_one(
         reply, finished = _generate(engine, request)
         ids = [t.id for t in engine.tokenize(REFERENCE_TEXT, special=False)]
         scored = _Scored(ids, engine.score(ids))
+        text_score = None
+        if scoring is not None:
+            text_score = perplexity.score_file(
+                engine,
+                scoring.text,
+                scoring.n_ctx,
+                scoring.base,
+                ref is None,
+                scoring.progress(Path(path).name),
+            )
         rss = _peak_rss(engine.pid)
     finally:
         engine.close()
@@ -197,7 +220,35 @@ def _run_one(
         perplexity=ppl,
         note=note,
     )
+    if text_score is not None:
+        result = with_text_score(result, text_score)
     return result, scored, reply
+
+
+@dataclass(frozen=True)
+class _TextJob:
+    text: str
+    n_ctx: int
+    base: Path
+    progress: perplexity.ProgressFactory
+
+
+def with_text_score(result: RunResult, score: perplexity.TextScore) -> RunResult:
+    """The --text figures replace those on the built-in paragraph."""
+    return replace(
+        result,
+        perplexity=score.ppl,
+        perplexity_err=score.ppl_err,
+        ppl_ratio=score.ppl_ratio,
+        mean_kl=score.mean_kld if score.mean_kld is not None else result.mean_kl,
+        kld_err=score.mean_kld_err,
+        kld_p99=score.kld_p99,
+        top1_agreement=score.same_top if score.same_top is not None else result.top1_agreement,
+        same_top_err=score.same_top_err,
+        rms_dp=score.rms_dp,
+        scored_tokens=score.scored_tokens,
+        score_s=score.seconds,
+    )
 
 
 def _same_file(a: str | Path, b: str | Path) -> bool:
@@ -221,6 +272,9 @@ def compare(
     save: bool = True,
     make_engine: Callable[[LoadOptions], object] = _local_engine,
     progress: Callable[[str], None] | None = None,
+    text_file: str | Path | None = None,
+    text_ctx: int = 512,
+    text_progress: perplexity.ProgressFactory | None = None,
 ) -> CompareResult:
     """Run every file with the same prompt and greedy settings, one engine at a time.
 
@@ -240,7 +294,17 @@ def compare(
     base = options or LoadOptions(model_path=ref_path, n_gpu_layers=0)
     threads = n_threads or base.threads
     n_ctx = max(1024, len(prompt.encode()) + tokens + 128)  # a token is at least one byte
+    scoring = None
+    if text_file is not None:
+        if text_ctx < 8:
+            raise EngineError(f"--ctx {text_ctx} is too small to score a text: use 128 or more")
+        text = perplexity.read_text(text_file)
+        base_path = perplexity.base_cache_path(ref_path, text, text_ctx)
+        scoring = _TextJob(text, text_ctx, base_path, text_progress or (lambda _name: None))
+        n_ctx = max(n_ctx, text_ctx)
     opts = replace(base, model_path=ref_path, n_ctx=n_ctx, n_threads=threads)
+    if scoring is not None:
+        opts = replace(opts, n_batch=max(opts.n_batch, text_ctx))
     settings = SamplerSettings(
         temperature=0.0,
         top_k=1,
@@ -255,14 +319,16 @@ def compare(
     )
     say = progress or (lambda _msg: None)
     say(f"reference: {ref_path}")
-    ref_result, ref_scored, ref_reply = _run_one(ref_path, opts, request, None, [], make_engine)
+    ref_result, ref_scored, ref_reply = _run_one(
+        ref_path, opts, request, None, [], make_engine, scoring
+    )
     results = {ref_path: ref_result}
     for p in paths_:
         if p == ref_path:
             continue
         say(f"running {p}")
         try:
-            results[p] = _run_one(p, opts, request, ref_scored, ref_reply, make_engine)[0]
+            results[p] = _run_one(p, opts, request, ref_scored, ref_reply, make_engine, scoring)[0]
         except EngineError as exc:
             card = inspect(p)
             results[p] = RunResult(p, Path(p).name, card.quant, card.file_size, error=str(exc))
@@ -278,6 +344,8 @@ def compare(
         reference=ref_path,
         runs=runs,
         wall_s=time.perf_counter() - t0,
+        text_file=str(text_file or ""),
+        text_ctx=text_ctx if scoring else 0,
     )
     if save:
         out = _save(out)
@@ -318,8 +386,25 @@ COLUMNS = (  # (header, getter, format)
 )  # fmt: skip
 
 
-def _cells(r: RunResult) -> list[str]:
-    return ["-" if (v := get(r)) is None else fmt.format(v) for _, get, fmt in COLUMNS]
+TEXT_COLUMNS = (  # with --text: llama-perplexity's figures (uncertainties after the table)
+    ("PPL ±", lambda r: r.perplexity_err, "{:.3f}"),
+    ("PPL ratio", lambda r: r.ppl_ratio, "{:.4f}"),
+    ("KLD 99%", lambda r: r.kld_p99, "{:.4f}"),
+    ("RMS Δp %", lambda r: _pct(r.rms_dp), "{:.2f}"),
+    ("tokens", lambda r: r.scored_tokens or None, "{}"),
+    ("score s", lambda r: r.score_s, "{:.1f}"),
+)
+
+
+def _columns(result: CompareResult) -> tuple:
+    if result.text_file:
+        top1 = ("same top %", COLUMNS[8][1], COLUMNS[8][2])
+        return (*COLUMNS[:8], top1, *COLUMNS[9:], *TEXT_COLUMNS)
+    return COLUMNS
+
+
+def _cells(r: RunResult, columns: tuple = COLUMNS) -> list[str]:
+    return ["-" if (v := get(r)) is None else fmt.format(v) for _, get, fmt in columns]
 
 
 def _bar(value: float, top: float, width: int = 24) -> str:
@@ -341,8 +426,9 @@ BARS = (
 
 def format_table(result: CompareResult) -> str:
     """A text table, then bars for decode speed, agreement and size."""
-    header = [h for h, _, _ in COLUMNS]
-    rows = [_cells(r) for r in result.runs]
+    columns = _columns(result)
+    header = [h for h, _, _ in columns]
+    rows = [_cells(r, columns) for r in result.runs]
     widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=True)]
 
     def line(cells: list[str]) -> str:
@@ -357,9 +443,14 @@ def format_table(result: CompareResult) -> str:
         out += ["", title]
         for r, v in zip(result.runs, values, strict=True):
             out.append(f"  {r.name.ljust(name_w)}  {_bar(v, top)} {v:.1f}{unit}")
+    if result.text_file:
+        scored = max((r.scored_tokens for r in result.runs), default=0)
+        scored_on = f"{scored} tokens of {result.text_file} scored in chunks of {result.text_ctx}"
+    else:
+        scored_on = f"{result.text_tokens} text tokens scored"
     out += [
         "",
-        f"reference: {result.reference}; {result.text_tokens} text tokens scored; "
+        f"reference: {result.reference}; {scored_on}; "
         f"{result.tokens} tokens generated greedily; {result.wall_s:.1f} s in all",
     ]
     out += [f"! {r.name}: {r.error or r.note}" for r in result.runs if r.error or r.note]
@@ -381,7 +472,9 @@ def to_csv(result: CompareResult) -> str:
 
 
 def to_markdown(result: CompareResult) -> str:
-    header = [h for h, _, _ in COLUMNS]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * 9) + "|"]
-    lines += ["| " + " | ".join(_cells(r)) + " |" for r in result.runs]
+    columns = _columns(result)
+    header = [h for h, _, _ in columns]
+    aligns = ["---"] * 2 + ["---:"] * (len(columns) - 2)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(aligns) + "|"]
+    lines += ["| " + " | ".join(_cells(r, columns)) + " |" for r in result.runs]
     return "\n".join(lines)

@@ -17,6 +17,7 @@ import numpy as np
 
 from chatapp import paths
 from chatapp.engine.local import cpu_backend, gpu_fallback, machine
+from chatapp.engine.local.perplexity import PerplexityJob
 from chatapp.engine.local.worker_log import WorkerLog, extra_buffers_from_log, useful_lines
 from chatapp.engine.protocol import (
     ChatMessage,
@@ -302,6 +303,20 @@ class LocalEngine:
         if isinstance(msg[1], str):
             raise EngineError(msg[1])
         return msg[1]
+
+    def perplexity(self, job: PerplexityJob, progress=None) -> dict:
+        """Score a text in chunks as llama-perplexity does (engine/local/perplexity.py); calls
+        progress(scored, total, seconds) after each chunk."""
+        self._send(("perplexity", job))
+        while True:
+            msg = self._recv(what="scoring the text")
+            if msg[0] == "ppl_progress":
+                if progress is not None:
+                    progress(*msg[1:])
+                continue
+            if isinstance(msg[1], str):
+                raise EngineError(msg[1])
+            return msg[1]
 
     def _side_call(self, msg):
         if not self.alive:

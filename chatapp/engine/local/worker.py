@@ -6,7 +6,7 @@ import os
 import sys
 from multiprocessing.connection import Connection
 
-from chatapp.engine.local import side_pipe
+from chatapp.engine.local import perplexity, side_pipe
 from chatapp.engine.local.loaded_model import Worker
 from chatapp.engine.local.token_loop import Generation
 from chatapp.engine.local.worker_log import WorkerLog, load_error_from_log
@@ -94,6 +94,9 @@ def serve(worker: Worker, conn: Connection) -> None:
             Generation(worker, conn, msg[1]).run()
         elif kind == "score":
             conn.send(("scored", worker.score(msg[1])))
+        elif kind == "perplexity":
+            report = lambda done, total, s: conn.send(("ppl_progress", done, total, s))  # noqa: E731
+            conn.send(("ppl_done", perplexity.run(worker, msg[1], report)))
         elif kind == "close":
             return
         # "cancel" and "settings" that arrive between replies are stale: ignore them

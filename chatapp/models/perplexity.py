@@ -1,0 +1,152 @@
+"""llama-perplexity-grade quality figures on a user's text: PPL, KL divergence, same top token."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from chatapp import paths
+from chatapp.engine.protocol import EngineError
+
+MIN_COUNT = 10  # llama-perplexity's uncertainties need more than this many scored tokens
+
+
+def mean_and_error(values: np.ndarray) -> tuple[float, float]:
+    """Mean and its standard error, as llama-perplexity's mean_and_uncertainty computes them."""
+    n = len(values)
+    if n < 1:
+        return 0.0, 0.0
+    mean = float(values.sum() / n)
+    var = float((values * values).sum() / n) - mean * mean
+    return mean, math.sqrt(var / (n - 1)) if var > 0 and n > MIN_COUNT else 0.0
+
+
+@dataclass(frozen=True)
+class TextScore:
+    """One file on one text: perplexity, and against the reference when it is not the reference."""
+
+    scored_tokens: int
+    chunks: int
+    ppl: float
+    ppl_err: float
+    ppl_ratio: float | None = None  # PPL(this) / PPL(reference)
+    ppl_ratio_err: float | None = None
+    mean_kld: float | None = None
+    mean_kld_err: float | None = None
+    kld_p99: float | None = None
+    same_top: float | None = None  # share of positions whose top token is the reference's
+    same_top_err: float | None = None
+    rms_dp: float | None = None  # RMS of p(this) - p(reference) for the text's next token
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize(arrays: dict, seconds: float = 0.0) -> TextScore:
+    """The figures llama-perplexity prints, from the worker's per-position arrays."""
+    nll = np.asarray(arrays["nll"], dtype=np.float64)
+    log_ppl, log_ppl_err = mean_and_error(nll)
+    ppl = math.exp(log_ppl)
+    base = dict(scored_tokens=len(nll), chunks=int(arrays["n_chunks"]), seconds=seconds)
+    if "kld" not in arrays:
+        return TextScore(ppl=ppl, ppl_err=ppl * log_ppl_err, **base)
+    nll_base = np.asarray(arrays["nll_base"], dtype=np.float64)
+    log_base, log_base_err = mean_and_error(nll_base)
+    n = len(nll)
+    cov = 0.0
+    if n >= MIN_COUNT:
+        cov = (float((nll * nll_base).sum()) / n - nll.mean() * nll_base.mean()) / (n - 1)
+    ratio_log_err = math.sqrt(max(log_ppl_err**2 + log_base_err**2 - 2 * cov, 0.0))
+    kld = np.asarray(arrays["kld"], dtype=np.float64)
+    kld_mean, kld_err = mean_and_error(kld)
+    dp2 = np.asarray(arrays["p_diff"], dtype=np.float64) ** 2
+    mse, mse_err = mean_and_error(dp2)
+    same = float(np.mean(arrays["same_top"]))
+    return TextScore(
+        ppl=ppl,
+        ppl_err=ppl * log_ppl_err,
+        ppl_ratio=math.exp(log_ppl - log_base),
+        ppl_ratio_err=math.exp(log_ppl - log_base) * ratio_log_err,
+        mean_kld=kld_mean,
+        mean_kld_err=kld_err,
+        kld_p99=float(np.percentile(kld.astype(np.float32), 99.0)),
+        same_top=same,
+        same_top_err=math.sqrt(same * (1 - same) / (n - 1)) if n > 1 else 0.0,
+        rms_dp=math.sqrt(mse),
+        **base,
+    )
+
+
+def base_cache_path(reference: str | Path, text: str, n_ctx: int) -> Path:
+    """Where the reference's log-probs for this text and chunk size are kept (reused by every
+    later file and run, like llama-perplexity's --kl-divergence-base)."""
+    ref = Path(reference).resolve()
+    stat = ref.stat()
+    key = f"{ref}|{stat.st_size}|{stat.st_mtime_ns}|{n_ctx}|".encode() + text.encode()
+    name = f"{ref.stem}-ctx{n_ctx}-{hashlib.sha256(key).hexdigest()[:16]}"
+    return paths.cache_dir() / "kld-base" / name
+
+
+def base_cached(base: Path) -> bool:
+    return Path(f"{base}.tokens.npy").exists() and Path(f"{base}.logp.u16").exists()
+
+
+def read_text(path: str | Path) -> str:
+    """The text to score; one sentence when it cannot be read."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise EngineError(f"cannot read the text file {path}: {exc.strerror or exc}") from exc
+    text = data.decode("utf-8", errors="replace")
+    if not text.strip():
+        raise EngineError(f"the text file {path} is empty")
+    return text
+
+
+class ProgressBar:
+    """One line per file on stderr: tokens scored / total, rate, ETA."""
+
+    def __init__(self, name: str, stream=None) -> None:
+        self.name = name
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def __call__(self, done: int, total: int, seconds: float) -> None:
+        rate = done / seconds if seconds > 0 else 0.0
+        eta = (total - done) / rate if rate > 0 else 0.0
+        filled = int(24 * done / max(total, 1))
+        bar = "█" * filled + "░" * (24 - filled)
+        line = f"{self.name}  {bar} {done}/{total} tokens  {rate:,.0f} t/s  ETA {eta:.0f} s"
+        if self.tty:
+            self.stream.write("\r" + line + ("\n" if done >= total else ""))
+        elif done >= total:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def score_file(
+    engine, text: str, n_ctx: int, base: Path, is_reference: bool, progress=None
+) -> TextScore:
+    """One loaded file on the text: the reference writes the base (unless cached), others
+    compare against it."""
+    from chatapp.engine.local.perplexity import PerplexityJob
+
+    t0 = time.perf_counter()
+    if is_reference and base_cached(base):
+        write = False  # the reference against its own cache: KLD 0, same top 100%
+    else:
+        write = is_reference
+    job = PerplexityJob(text=text, n_ctx=n_ctx, base_path=str(base), write_base=write)
+    arrays = engine.perplexity(job, progress)
+    return summarize(arrays, time.perf_counter() - t0)
+
+
+ProgressFactory = Callable[[str], Callable[[int, int, float], None] | None]
