@@ -109,11 +109,16 @@ def ladder(tmp_path_factory):
     return files
 
 
-def _compare(ladder, text: Path, ctx: int, **kw):
+def _options(ladder):
     from chatapp.engine.protocol import LoadOptions
+
+    return LoadOptions(model_path=ladder["Q8_0"], n_gpu_layers=0, n_threads=2, flash_attn=False)
+
+
+def _compare(ladder, text: Path, ctx: int, **kw):
     from chatapp.models import compare
 
-    options = LoadOptions(model_path=ladder["Q8_0"], n_gpu_layers=0, n_threads=2, flash_attn=False)
+    options = _options(ladder)
     return compare.compare(
         [ladder["Q8_0"], ladder["Q4_1"], ladder["Q2_K"]],
         tokens=4,
@@ -161,7 +166,7 @@ def test_figures_agree_with_llama_perplexity(ladder):
 @pytest.mark.slow
 def test_the_reference_is_scored_once_and_reused(ladder, fresh_dirs):
     first = _compare(ladder, APACHE, 128)
-    base = perplexity.base_cache_path(ladder["Q8_0"], APACHE.read_text(), 128)
+    base = perplexity.base_cache_path(ladder["Q8_0"], APACHE.read_text(), 128, _options(ladder))
     assert perplexity.base_cached(base)
     stamp = Path(f"{base}.logp.u16").stat().st_mtime_ns
     second = _compare(ladder, APACHE, 128)

@@ -165,47 +165,52 @@ def _run_one(
     opts: LoadOptions,
     request: GenerateRequest,
     ref: _Scored | None,
-    ref_reply: list[int],
+    ref_reply: list[int] | None,
     make_engine: Callable[[LoadOptions], object],
     scoring: _TextJob | None = None,
-) -> tuple[RunResult, _Scored, list[int]]:
-    """Load one file, generate, score the text; ref=None means this file is the reference."""
+) -> tuple[RunResult, _Scored | None, list[int]]:
+    """Load one file, generate, score a text: the built-in paragraph, or with `scoring` the
+    user's text (and only that). ref_reply=None means this file is the reference."""
+    is_reference = ref_reply is None
     card = inspect(path)
     engine = make_engine(replace(opts, model_path=path))
+    scored = text_score = None
     try:
         info = engine.start()
         reply, finished = _generate(engine, request)
-        ids = [t.id for t in engine.tokenize(REFERENCE_TEXT, special=False)]
-        scored = _Scored(ids, engine.score(ids))
-        text_score = None
-        if scoring is not None:
+        if scoring is None:
+            ids = [t.id for t in engine.tokenize(REFERENCE_TEXT, special=False)]
+            scored = _Scored(ids, engine.score(ids))
+        else:
             text_score = perplexity.score_file(
                 engine,
                 scoring.text,
                 scoring.n_ctx,
                 scoring.base,
-                ref is None,
+                is_reference,
                 scoring.progress(Path(path).name),
             )
         rss = _peak_rss(engine.pid)
     finally:
         engine.close()
     note = ""
-    if ref is None:
-        agree, kl, ppl = quality(scored.logprobs, scored.logprobs, ids)
-    elif ids == ref.ids and scored.logprobs.shape == ref.logprobs.shape:
-        agree, kl, ppl = quality(ref.logprobs, scored.logprobs, ids)
-    else:
-        agree = kl = None
-        ppl = quality(scored.logprobs, scored.logprobs, ids)[2]
-        note = "another tokenizer than the reference: agreement and KL not compared"
+    agree = kl = ppl = None
+    if scored is not None:
+        ids = scored.ids
+        if is_reference:
+            agree, kl, ppl = quality(scored.logprobs, scored.logprobs, ids)
+        elif ref is not None and ids == ref.ids and scored.logprobs.shape == ref.logprobs.shape:
+            agree, kl, ppl = quality(ref.logprobs, scored.logprobs, ids)
+        else:
+            ppl = quality(scored.logprobs, scored.logprobs, ids)[2]
+            note = "another tokenizer than the reference: agreement and KL not compared"
     stats = finished.stats if finished else None
     result = RunResult(
         path=path,
         name=Path(path).name,
         quant=card.quant,
         size_bytes=card.file_size,
-        is_reference=ref is None,
+        is_reference=is_reference,
         load_s=info.load_s,
         peak_rss_bytes=rss,
         ttft_s=stats.ttft_s if stats else None,
@@ -214,7 +219,7 @@ def _run_one(
         prompt_tokens=stats.prompt_tokens if stats else 0,
         completion_tokens=stats.completion_tokens if stats else 0,
         text=finished.text if finished else "",
-        same_prefix_tokens=_common_prefix(reply, ref_reply if ref else reply),
+        same_prefix_tokens=_common_prefix(reply, reply if is_reference else ref_reply),
         top1_agreement=agree,
         mean_kl=kl,
         perplexity=ppl,
@@ -234,16 +239,16 @@ class _TextJob:
 
 
 def with_text_score(result: RunResult, score: perplexity.TextScore) -> RunResult:
-    """The --text figures replace those on the built-in paragraph."""
+    """The --text figures (the reference agrees with itself: KL 0, same top 100%)."""
     return replace(
         result,
         perplexity=score.ppl,
         perplexity_err=score.ppl_err,
         ppl_ratio=score.ppl_ratio,
-        mean_kl=score.mean_kld if score.mean_kld is not None else result.mean_kl,
+        mean_kl=0.0 if result.is_reference else score.mean_kld,
         kld_err=score.mean_kld_err,
         kld_p99=score.kld_p99,
-        top1_agreement=score.same_top if score.same_top is not None else result.top1_agreement,
+        top1_agreement=1.0 if result.is_reference else score.same_top,
         same_top_err=score.same_top_err,
         rms_dp=score.rms_dp,
         scored_tokens=score.scored_tokens,
@@ -299,7 +304,7 @@ def compare(
         if text_ctx < 8:
             raise EngineError(f"--ctx {text_ctx} is too small to score a text: use 128 or more")
         text = perplexity.read_text(text_file)
-        base_path = perplexity.base_cache_path(ref_path, text, text_ctx)
+        base_path = perplexity.base_cache_path(ref_path, text, text_ctx, base)
         scoring = _TextJob(text, text_ctx, base_path, text_progress or (lambda _name: None))
         n_ctx = max(n_ctx, text_ctx)
     opts = replace(base, model_path=ref_path, n_ctx=n_ctx, n_threads=threads)
@@ -320,7 +325,7 @@ def compare(
     say = progress or (lambda _msg: None)
     say(f"reference: {ref_path}")
     ref_result, ref_scored, ref_reply = _run_one(
-        ref_path, opts, request, None, [], make_engine, scoring
+        ref_path, opts, request, None, None, make_engine, scoring
     )
     results = {ref_path: ref_result}
     for p in paths_:
@@ -340,7 +345,7 @@ def compare(
         seed=seed,
         n_ctx=n_ctx,
         n_threads=threads,
-        text_tokens=len(ref_scored.ids),
+        text_tokens=len(ref_scored.ids) if ref_scored else 0,
         reference=ref_path,
         runs=runs,
         wall_s=time.perf_counter() - t0,

@@ -8,12 +8,14 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
 from chatapp import paths
-from chatapp.engine.protocol import EngineError
+from chatapp.engine.local.perplexity import PerplexityJob, base_files, chunk_plan
+from chatapp.engine.protocol import EngineError, LoadOptions
 
 MIN_COUNT = 10  # llama-perplexity's uncertainties need more than this many scored tokens
 
@@ -85,18 +87,38 @@ def summarize(arrays: dict, seconds: float = 0.0) -> TextScore:
     )
 
 
-def base_cache_path(reference: str | Path, text: str, n_ctx: int) -> Path:
+def base_cache_path(
+    reference: str | Path, text: str, n_ctx: int, options: LoadOptions | None = None
+) -> Path:
     """Where the reference's log-probs for this text and chunk size are kept (reused by every
-    later file and run, like llama-perplexity's --kl-divergence-base)."""
+    later file and run, like llama-perplexity's --kl-divergence-base). The key holds what
+    moves the figures: the file, the text, the chunk size, llama.cpp's version and the load
+    options that change the arithmetic (flash attention, GPU layers, repack)."""
     ref = Path(reference).resolve()
     stat = ref.stat()
-    key = f"{ref}|{stat.st_size}|{stat.st_mtime_ns}|{n_ctx}|".encode() + text.encode()
+    numerics = (
+        ("-", "-", "-")
+        if options is None
+        else (options.flash_attn, options.n_gpu_layers, options.repack)
+    )
+    key = (
+        f"{ref}|{stat.st_size}|{stat.st_mtime_ns}|{n_ctx}|{_llama_version()}|{numerics}|".encode()
+        + text.encode()
+    )
     name = f"{ref.stem}-ctx{n_ctx}-{hashlib.sha256(key).hexdigest()[:16]}"
     return paths.cache_dir() / "kld-base" / name
 
 
+def _llama_version() -> str:
+    try:
+        return metadata.version("llama_cpp_python")
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
 def base_cached(base: Path) -> bool:
-    return Path(f"{base}.tokens.npy").exists() and Path(f"{base}.logp.u16").exists()
+    """Whether a complete reference is cached (its NLL file is written last)."""
+    return all(f.exists() for f in base_files(str(base)))
 
 
 def read_text(path: str | Path) -> str:
@@ -137,15 +159,13 @@ def score_file(
 ) -> TextScore:
     """One loaded file on the text: the reference writes the base (unless cached), others
     compare against it."""
-    from chatapp.engine.local.perplexity import PerplexityJob
-
     t0 = time.perf_counter()
-    if is_reference and base_cached(base):
-        write = False  # the reference against its own cache: KLD 0, same top 100%
+    if is_reference and base_cached(base):  # scored before: its NLL is in the cache
+        nll = np.load(base_files(str(base))[2])
+        arrays = {"nll": nll, "n_chunks": len(nll) // chunk_plan(0, n_ctx)[1]}
     else:
-        write = is_reference
-    job = PerplexityJob(text=text, n_ctx=n_ctx, base_path=str(base), write_base=write)
-    arrays = engine.perplexity(job, progress)
+        job = PerplexityJob(text=text, n_ctx=n_ctx, base_path=str(base), write_base=is_reference)
+        arrays = engine.perplexity(job, progress)
     return summarize(arrays, time.perf_counter() - t0)
 
 

@@ -84,8 +84,13 @@ def compare_rows(
     }
 
 
-def _base_files(base_path: str) -> tuple[Path, Path]:
-    return Path(base_path + ".tokens.npy"), Path(base_path + ".logp.u16")
+def base_files(base_path: str) -> tuple[Path, Path, Path]:
+    """The cached reference: its tokens, its uint16 log-prob rows, its per-position NLL."""
+    return (
+        Path(base_path + ".tokens.npy"),
+        Path(base_path + ".logp.u16"),
+        Path(base_path + ".nll.npy"),
+    )
 
 
 def run(w: Worker, job: PerplexityJob, progress: Callable[[int, int, float], None]) -> dict | str:
@@ -104,7 +109,7 @@ def run(w: Worker, job: PerplexityJob, progress: Callable[[int, int, float], Non
     n_chunk, per_chunk = chunk_plan(len(tokens), n_ctx)
     tokens = tokens[: n_chunk * n_ctx]
     vocab = w.n_vocab
-    tok_file, logp_file = _base_files(job.base_path)
+    tok_file, logp_file, nll_file = base_files(job.base_path)
     width = 2 * ((vocab + 1) // 2) + 4
     shape = (n_chunk * per_chunk, width)
     if job.write_base:
@@ -163,6 +168,8 @@ def run(w: Worker, job: PerplexityJob, progress: Callable[[int, int, float], Non
         base.flush()
         del base
     result = {key: np.concatenate(parts) for key, parts in out.items()}
+    if job.write_base:
+        np.save(nll_file, result["nll"])  # last: its presence says the cache is complete
     result["n_tokens"] = len(tokens)
     result["n_chunks"] = n_chunk
     return result
