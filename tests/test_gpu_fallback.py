@@ -56,6 +56,8 @@ def test_real_engine_on_a_cpu_build_loads_first_time(model_path, fresh_dirs):
     engine = LocalEngine(LoadOptions(model_path=model_path, n_ctx=256, n_gpu_layers=-1))
     try:
         info = engine.start()
-        assert engine.notes == [] and info.n_vocab == 49152
+        # No GPU step-down (a CPU build has nothing to step down from); a CPU whose AMX path
+        # crashes adds the extra-buffer fallback's notice, which is not this test's business.
+        assert not [n for n in engine.notes if "GPU layers" in n] and info.n_vocab == 49152
     finally:
         engine.close()

@@ -15,12 +15,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from chatapp.engine.local import machine
+from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineError,
     Failed,
     Finished,
     GenerateRequest,
+    LoadOptions,
     Notice,
     PromptEvaluated,
     SettingsApplied,
@@ -34,7 +37,19 @@ ROOT = Path(__file__).resolve().parents[1]
 GREEDY = SamplerSettings(temperature=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0)
 
 
-pytestmark = pytest.mark.usefixtures("fresh_dirs")
+pytestmark = pytest.mark.usefixtures("crash_probe", "fresh_dirs")
+
+NO_EXTRA_BUFFERS = Path(__file__).with_name("llama_cpp_server_no_extra_buffers.py")
+EXTRA_BUFFERS_CRASH = False  # set by crash_probe: whether they crashed on this CPU
+
+
+@pytest.fixture(scope="module")
+def crash_probe(model_path) -> None:
+    """Starts the real engine once on this machine: whether it had to turn llama.cpp's extra
+    CPU buffers off (their crash is remembered in the session's cache dir)."""
+    global EXTRA_BUFFERS_CRASH
+    with LocalEngine(LoadOptions(model_path=model_path, n_ctx=256, n_gpu_layers=0)):
+        EXTRA_BUFFERS_CRASH = bool(machine.repack_crashes())
 
 
 def _free_port() -> int:
@@ -45,7 +60,9 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def llama_cpp_server(log_dir: Path, *extra: str):
-    """A real `python -m llama_cpp.server` on the bundled model; always stopped afterwards."""
+    """A real `python -m llama_cpp.server` on the bundled model; always stopped afterwards.
+    On a CPU where llama.cpp's extra buffers crash (found by the engine: EXTRA_BUFFERS_CRASH)
+    it runs with them off, as the engine does there."""
     pytest.importorskip("llama_cpp.server.app", reason="needs llama-cpp-python[server]")
     from chatapp.models.bundled import BundledModelMissing, smollm2_path
 
@@ -55,7 +72,9 @@ def llama_cpp_server(log_dir: Path, *extra: str):
         pytest.skip(str(exc))
     port = _free_port()
     cmd = [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(model),
+        sys.executable,
+        *([str(NO_EXTRA_BUFFERS)] if EXTRA_BUFFERS_CRASH else ["-m", "llama_cpp.server"]),
+        "--model", str(model),
         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", *extra,
     ]  # fmt: skip
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chatapp.engine.local import loaded_model, token_loop
+from chatapp.engine.local import cpu_backend, loaded_model, token_loop
 from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions, Token
 from chatapp.sampling import SamplerSettings
 
@@ -25,8 +25,12 @@ class Collect:
 
 
 @pytest.fixture(scope="module")
-def worker(model_path):
-    return loaded_model.Worker(LoadOptions(model_path=model_path, n_ctx=512, n_gpu_layers=0))
+def worker(model_path, engine):
+    # Loaded as the engine loads it here: the `engine` fixture's start found out (and
+    # remembered) whether llama.cpp's extra CPU buffers crash on this CPU; in this process a
+    # crash would take pytest down with it.
+    options, _ = cpu_backend.choose(LoadOptions(model_path=model_path, n_ctx=512, n_gpu_layers=0))
+    return loaded_model.Worker(options)
 
 
 def _reply(worker, settings: SamplerSettings, ignore_eos: bool = False) -> list[int]:
