@@ -37,7 +37,7 @@ from chatapp.ui.reply import Reply, footer_for, stored_footer
 from chatapp.ui.screens.conversations import Choice, ConversationsScreen
 from chatapp.ui.screens.system_prompt import SystemPromptScreen
 from chatapp.ui.shell import settle_gc
-from chatapp.ui.streaming import LIGHT, stream_reply
+from chatapp.ui.streaming import stream_reply
 from chatapp.ui.widgets.chat import MessageView
 from chatapp.ui.widgets.sampler import SamplerPanel
 from chatapp.ui.widgets.tokens import TokenStrip
@@ -121,6 +121,7 @@ class ChatApp(ModelHost):
 
     def on_mount(self) -> None:
         self.panels = PanelFeed(self, self.token_panel, self.probs, self.stats_panel)
+        self.panels.pacer = self.pacer
         self.setup_view()
         for note in self.startup_notes:
             self.notify(note, title="Config", severity="warning", timeout=10)
@@ -153,7 +154,7 @@ class ChatApp(ModelHost):
         return self.reply is not None
 
     def model_ready(self) -> None:
-        self.panels.cadence = self.cadence
+        self.pacer.use(self.cadence)
         if self._reply_pending:
             self._reply_pending = False
             self.run_worker(self._generate(), exclusive=False)
@@ -190,6 +191,7 @@ class ChatApp(ModelHost):
         self._show_left_out(item, prepared.dropped)
         self.panels.settings = self.settings
         self.panels.start(reply)
+        self.pacer.start()
         self.set_status("generating… (Esc stops)")
         self._stream(prepared.request, reply.id)
 
@@ -209,7 +211,8 @@ class ChatApp(ModelHost):
 
     @work(thread=True, exclusive=True, group="generate", exit_on_error=False)
     def _stream(self, request: GenerateRequest, reply_id: int) -> None:
-        stream_reply(self.engine, request, reply_id, self.post_message, self.cadence.text_s)
+        pacer = self.pacer
+        stream_reply(self.engine, request, reply_id, self.post_message, lambda: pacer.text_s)
 
     # ---- events from the generation thread -----------------------------------------------
 
@@ -223,6 +226,7 @@ class ChatApp(ModelHost):
             return
         first = not reply.tokens or len(reply.tokens) == len(reply.prefix_ids)
         reply.add(message.tokens)
+        self.pacer.framed()
         self.paint_log.append((time.perf_counter(), len(message.tokens)))
         self.session.took(message.tokens)
         if self.session.draft is not None:
@@ -312,7 +316,7 @@ class ChatApp(ModelHost):
         self.call_after_refresh(settle_gc)
 
     def _blink(self, on: bool) -> None:
-        if self.cadence is LIGHT:
+        if self.cadence.budget is not None:
             self.query_one("#prompt", PromptInput).cursor_blink = on
 
     # ---- the conversation -----------------------------------------------------------------

@@ -16,6 +16,7 @@ from chatapp.engine.protocol import Engine, EngineCrashed, EngineError, LoadOpti
 from chatapp.errors import ChatappError
 from chatapp.sampling import SamplerSettings
 from chatapp.ui.messages import EngineFailed, EngineReady, NoticeShown
+from chatapp.ui.pacing import FramePacer
 from chatapp.ui.screens.compare import CompareScreen
 from chatapp.ui.screens.model_card import ModelCardScreen
 from chatapp.ui.screens.models import ModelPickerScreen
@@ -49,6 +50,7 @@ class ModelHost(ChatShell):
         self._loading = False
         self.load_error: str | None = None  # why the last load failed (None: it did not)
         self.cadence = SMOOTH  # how often a streaming reply is drawn (set per model)
+        self.pacer = FramePacer(SMOOTH)  # ... and paced by what its frames cost here
 
     @property
     def info(self) -> ModelInfo | None:

@@ -6,8 +6,9 @@ import time
 from typing import TYPE_CHECKING
 
 from chatapp.engine.protocol import PromptEvaluated, Token
+from chatapp.ui.pacing import FramePacer
 from chatapp.ui.reply import Reply
-from chatapp.ui.streaming import SMOOTH, Cadence
+from chatapp.ui.streaming import SMOOTH
 from chatapp.ui.widgets.probs import ProbPanel
 from chatapp.ui.widgets.stats import SPARK_POINTS, StatsPanel
 from chatapp.ui.widgets.tokens import ShownToken, TokenPanel
@@ -22,13 +23,13 @@ def shown(tok: Token) -> ShownToken:
 
 class PanelFeed:
     """Batches what the Tokens, Next-token and Speed panels show: the chat pane takes every
-    token batch, the panels at most once per `cadence.panels_s` (a frame that repaints them
+    token batch, the panels at most once per `pacer.panels_s` (a frame that repaints them
     costs the whole screen), and always the first token's and the last."""
 
     def __init__(self, app: App, tokens: TokenPanel, probs: ProbPanel, stats: StatsPanel) -> None:
         self.app = app
         self.tokens, self.probs, self.stats = tokens, probs, stats
-        self.cadence: Cadence = SMOOTH
+        self.pacer = FramePacer(SMOOTH)  # the app's: how often a streaming reply is drawn
         self.reply: Reply | None = None
         self.settings = None  # the sampler settings the candidates are shown against
         self.unshown: list[Token] = []  # tokens of the reply not yet in the panels
@@ -61,7 +62,7 @@ class PanelFeed:
 
     def took(self, tokens: list[Token], first: bool) -> None:
         self.unshown.extend(tokens)
-        wait = self._at + self.cadence.panels_s - time.perf_counter()
+        wait = self._at + self.pacer.panels_s - time.perf_counter()
         if first:
             self._at = time.perf_counter()  # the next batches wait for the interval
             self.app.call_after_refresh(self.refresh)  # the first token's frame stays small

@@ -34,16 +34,20 @@ from chatapp.ui.messages import (
 class Cadence:
     """How often a streaming reply reaches the screen: the text and the side panels."""
 
-    text_s: float  # one token message per this long; the first token goes at once
+    text_s: float  # one token message per this long (the shortest, when paced by a budget)
     panels_s: float
+    budget: float | None = None  # share of one core the UI may use while a reply streams
+    ceiling_s: float = 1.0  # the longest wait between text frames, whatever they cost
 
 
 # Every frame costs the UI process a few ms of CPU (Textual lays out and renders the screen),
 # and when llama.cpp's threads fill every core, each of those ms stalls all of its threads at
-# their next barrier: on 2 cores, 25 frames a second cost the model a quarter of its speed
-# (`chatapp bench --terminal`). So a model on the CPU gets fewer, larger frames.
+# their next barrier: the model slows by about the UI's share of a core (on 2 cores, 25 frames
+# a second cost it a quarter of its speed; `chatapp bench --terminal`). So a model on the CPU
+# gets frames paced to a CPU budget (ui/pacing.py): 3% of a core kept the TUI's decode within
+# 5% of `chatapp ask` here (frames of ~10 ms, so about 3 a second).
 SMOOTH = Cadence(text_s=0.040, panels_s=0.15)
-LIGHT = Cadence(text_s=0.200, panels_s=1.0)
+LIGHT = Cadence(text_s=0.100, panels_s=1.0, budget=0.03, ceiling_s=1.0)
 
 
 def cadence_for(info: ModelInfo | None, cores: int) -> Cadence:
@@ -64,9 +68,10 @@ def stream_reply(
     request: GenerateRequest,
     reply_id: int,
     post: Callable[[Message], bool],
-    batch_s: float = SMOOTH.text_s,
+    batch_s: Callable[[], float] = lambda: SMOOTH.text_s,
 ) -> None:
-    """Run one reply to its end, posting messages; never raises."""
+    """Run one reply to its end, posting messages; never raises. `batch_s()` is the time
+    between token messages (the first token goes at once), read as the reply goes."""
     batch: list[Token] = []
     last = 0.0
     first = True
@@ -82,7 +87,7 @@ def stream_reply(
         for event in engine.generate(request):
             if isinstance(event, Token):
                 batch.append(event)
-                if first or time.perf_counter() - last >= batch_s:
+                if first or time.perf_counter() - last >= batch_s():
                     first = False
                     flush()
             elif isinstance(event, PromptEvaluated):
