@@ -9,7 +9,13 @@ from typing import Annotated
 
 import typer
 
-from chatapp.commands.settings import load_options, read_config, resolve_server, sampler_settings
+from chatapp.commands.settings import (
+    draft_source,
+    load_options,
+    read_config,
+    resolve_server,
+    sampler_settings,
+)
 from chatapp.engine.protocol import LoadOptions
 from chatapp.errors import ChatappError, UsageError
 from chatapp.sampling import BOUNDS
@@ -73,6 +79,16 @@ RepackOpt = Annotated[
 ]
 
 
+DraftOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--draft",
+        help="speculative decoding: 'ngram' (drafts looked up in the prompt and reply), a smaller "
+        "GGUF file with the same vocabulary (a draft model), or 'off' (default: config, else off)",
+    ),
+]
+
+
 def _bound_help(name: str) -> str:
     b = BOUNDS[name]
     return f"{b.help} [{b.low:g}..{b.high:g}]"
@@ -94,6 +110,7 @@ def root(ctx: typer.Context) -> None:
             api_key_env=None,
             model_name=None,
             think=None,
+            draft=None,
         )
 
 
@@ -112,6 +129,7 @@ def chat(
     api_key_env: ApiKeyEnvOpt = None,
     model_name: ModelNameOpt = None,
     think: ThinkOpt = None,
+    draft: DraftOpt = None,
 ) -> None:
     """Open the chat TUI (settings not given here come from config.toml)."""
     from dataclasses import replace
@@ -122,9 +140,12 @@ def chat(
     if think is not None:
         config = replace(config, think=think)
     url, remote = resolve_server(server, api_key_env, model_name, config)
+    kind, draft_model = draft_source(draft, config)
+    config = replace(config, draft=kind)
     options = load_options(
-        model, ctx, ngl, threads, batch, flash_attn, repack, config, find_model=url is None
-    )
+        model, ctx, ngl, threads, batch, flash_attn, repack, config, find_model=url is None,
+        draft_model=draft_model,
+    )  # fmt: skip
     from chatapp.ui.launch import run_chat_app  # the UI is imported only here
 
     run_chat_app(options, server=url, remote=remote, config=config, problems=problems)
@@ -151,6 +172,7 @@ def ask(
     flash_attn: FlashOpt = None,
     repack: RepackOpt = None,
     think: ThinkOpt = None,
+    draft: DraftOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
     server: ServerOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
@@ -171,9 +193,11 @@ def ask(
         seed=seed,
     )
     url, remote = resolve_server(server, api_key_env, model_name, config)
+    kind, draft_model = draft_source(draft, config)
     options = load_options(
-        model, ctx, ngl, threads, None, flash_attn, repack, config, find_model=url is None
-    )
+        model, ctx, ngl, threads, None, flash_attn, repack, config, find_model=url is None,
+        draft_model=draft_model,
+    )  # fmt: skip
     code = run_ask(
         prompt,
         options,
@@ -184,6 +208,7 @@ def ask(
         server=url,
         remote=remote if url else None,
         think=config.think if think is None else think,
+        draft=kind,
     )
     raise typer.Exit(code)
 
@@ -232,9 +257,17 @@ def bench(
     ] = False,
     flash_attn: FlashOpt = None,
     repack: RepackOpt = None,
+    draft: DraftOpt = None,
 ) -> None:
     """Decode and prefill speed of the engine vs llama-cpp-python (and llama-bench)."""
-    options = load_options(model, ctx, ngl, threads, None, flash_attn, repack, read_config())
+    kind, draft_model = draft_source(draft or "off")
+    options = load_options(
+        model, ctx, ngl, threads, None, flash_attn, repack, read_config(), draft_model=draft_model
+    )
+    if kind:
+        from chatapp.commands.draft_bench import print_draft_bench
+
+        raise typer.Exit(print_draft_bench(options, kind, tokens, reps, as_json))
     if prompt_tokens + tokens > options.n_ctx:
         raise UsageError(
             f"--depth {prompt_tokens} + --tokens {tokens} do not fit in a context of "

@@ -54,6 +54,9 @@ class Config:
     repack: bool | None = None
     """llama.cpp's extra CPU buffer types (AMX, weight repacking); None (absent) = on, unless
     they crashed on this machine."""
+    draft: str = ""
+    """Speculative decoding: "ngram" (drafts looked up in the prompt and reply), a GGUF file
+    with the model's vocabulary (a draft model), or "" / "off" (one token at a time)."""
     think: bool | None = None
     """Thinking models: reasoning on (true) or off (false) where the chat template has the
     switch (`enable_thinking`); None (absent) = the template's own default."""
@@ -197,6 +200,12 @@ class _Loader:
             return None
         return ServerConfig(**values)
 
+    def draft(self, value: Any) -> str:
+        """ "ngram", "off" (stored as ""), or a model file (relative to the config's folder)."""
+        if value in ("ngram", "off", ""):
+            return "" if value == "off" else value
+        return self.file_path(value)
+
     def load(self, data: dict[str, Any]) -> Config:
         scalars: dict[str, Callable[[Any], Any]] = {
             "default_model": self.file_path,
@@ -207,6 +216,7 @@ class _Loader:
             "flash_attn": _flag,
             "repack": _flag,
             "think": _flag,
+            "draft": self.draft,
             "system_prompt": _text,
             "theme": _name,
         }
@@ -322,6 +332,7 @@ def to_toml(config: Config) -> str:
         "flash_attn": config.flash_attn,
         "repack": config.repack,
         "think": config.think,
+        "draft": config.draft or None,
         "system_prompt": config.system_prompt,
         "theme": config.theme,
     }

@@ -22,6 +22,28 @@ class GenerationStats:
     n_past: int = 0
     """Tokens in the context after the reply."""
     n_ctx: int = 0
+    template_s: float = 0.0
+    """Rendering the chat template (in the worker, before prefill)."""
+    tokenize_s: float = 0.0
+    """Tokenizing the rendered prompt."""
+    draft_tokens: int = 0
+    """Speculative decoding: draft tokens proposed and checked by the model."""
+    draft_accepted: int = 0
+    """... and how many of them the model's own sampling agreed with (used as they were)."""
+    draft_batches: int = 0
+    """Verification batches that held at least one draft token."""
+    draft: str = ""
+    """Where drafts came from: "ngram", "model", or "" (no speculation)."""
+
+    @property
+    def acceptance(self) -> float | None:
+        """Share of draft tokens accepted (None without speculation)."""
+        return self.draft_accepted / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_accepted(self) -> float | None:
+        """Draft tokens accepted per verification batch."""
+        return self.draft_accepted / self.draft_batches if self.draft_batches else None
 
     @property
     def prefill_tps(self) -> float | None:
@@ -39,6 +61,8 @@ class GenerationStats:
         data = asdict(self)
         data["prefill_tps"] = self.prefill_tps
         data["decode_tps"] = self.decode_tps
+        data["acceptance"] = self.acceptance
+        data["mean_accepted"] = self.mean_accepted
         return data
 
 
@@ -52,8 +76,9 @@ def stats_from_times(
     prompt_evaluated: int,
     n_past: int,
     n_ctx: int,
+    **extra,
 ) -> GenerationStats:
-    """Build GenerationStats from perf_counter timestamps."""
+    """Build GenerationStats from perf_counter timestamps (`extra`: the other fields)."""
     return GenerationStats(
         prompt_tokens=prompt_tokens,
         prompt_evaluated=prompt_evaluated,
@@ -63,6 +88,7 @@ def stats_from_times(
         decode_s=(token_times[-1] - token_times[0]) if len(token_times) > 1 else 0.0,
         n_past=n_past,
         n_ctx=n_ctx,
+        **extra,
     )
 
 

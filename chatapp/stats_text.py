@@ -41,6 +41,18 @@ def stop_text(reason: object) -> str:
     return f"stop: {reason}"
 
 
+def draft_text(stats) -> str:
+    """Speculative decoding of a reply: 'ngram drafts 212/230 accepted (92%), 7.1 per batch'."""
+    if not stats.draft:
+        return ""
+    if not stats.draft_tokens:
+        return f"{stats.draft} drafts: none"
+    return (
+        f"{stats.draft} drafts {stats.draft_accepted}/{stats.draft_tokens} accepted "
+        f"({stats.acceptance:.0%}), {stats.mean_accepted:.1f} per batch"
+    )
+
+
 def speed_parts(
     ttft_s: float | None, prefill_tps: float | None, decode_tps: float | None
 ) -> list[str]:

@@ -235,3 +235,37 @@ def test_main_usage_errors_and_help(monkeypatch, capsys):
     assert "Saved conversations." in out.out and out.err == ""
     with pytest.raises(ValueError):  # not a user error: a bug keeps its traceback
         run_main(monkeypatch, [], ValueError("a bug"))
+
+
+@pytest.mark.slow
+def test_ask_with_ngram_drafts_reports_them(fresh_dirs):
+    text = (
+        "The keeper climbed the hundred and twelve steps to the lantern room every morning "
+        "and cleaned the great lens with a soft cloth."
+    )
+    r = chatapp(
+        "ask", f"Repeat this sentence exactly: {text}", "--json", "--temperature", "0",
+        "--max-tokens", "40", "--draft", "ngram",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    spec = data["speculation"]
+    assert spec["draft"] == "ngram" and spec["drafted"] >= spec["accepted"] > 0
+    assert sum(t["drafted"] for t in data["tokens"]) == spec["accepted"]
+    assert data["breakdown"]["verdict"] and data["breakdown"]["parts"][0]["name"] == "load"
+    plain = chatapp("ask", "Hi", "--max-tokens", "4", "--draft", "off")
+    assert plain.returncode == 0 and "drafts" not in plain.stderr
+
+
+@pytest.mark.slow
+def test_config_draft_key_turns_drafts_on_and_a_missing_draft_model_is_one_line(fresh_dirs):
+    config = fresh_dirs / "config" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text('draft = "ngram"\n', encoding="utf-8")
+    r = chatapp("ask", "Count: 1 2 3 1 2 3 1 2 3", "--max-tokens", "12", "--temperature", "0")
+    assert r.returncode == 0, r.stderr
+    assert "ngram drafts" in r.stderr
+    r = chatapp("ask", "Hi", "--draft", str(fresh_dirs / "missing.gguf"))
+    assert r.returncode != 0
+    (line,) = [x for x in r.stderr.splitlines() if x.strip()]
+    assert line.startswith("error:") and "missing.gguf" in line

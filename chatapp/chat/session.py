@@ -92,6 +92,7 @@ class ChatSession:
         self.ignore_eos = False  # benchmarks: replies of exactly max_tokens
         self.stop: tuple[str, ...] = ()
         self.enable_thinking: bool | None = None  # thinking models: on / off / the template's
+        self.speculation = ""  # draft tokens from "ngram", the draft "model", or "" (none)
         self.engine: Engine | None = None
         self.info: ModelInfo | None = None
         self.conversation: list[ChatMessage] = []
@@ -177,6 +178,7 @@ class ChatSession:
             top_n=self.top_n,
             ignore_eos=self.ignore_eos,
             enable_thinking=self.enable_thinking,
+            draft=self.speculation,
         )
         return Prepared(request, dropped)
 

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from chatapp import breakdown
 from chatapp.chat.session import ChatSession
 from chatapp.engine.factory import make_engine
 from chatapp.engine.protocol import (
@@ -17,7 +18,14 @@ from chatapp.engine.protocol import (
     Token,
 )
 from chatapp.sampling import SamplerSettings
-from chatapp.stats_text import decode_text, prefill_text, stop_text, tokens_text, ttft_text
+from chatapp.stats_text import (
+    decode_text,
+    draft_text,
+    prefill_text,
+    stop_text,
+    tokens_text,
+    ttft_text,
+)
 
 
 def resolve_model(model: Path | None) -> str:
@@ -64,11 +72,13 @@ def run_ask(
     server: str | None = None,
     remote: dict | None = None,
     think: bool | None = None,
+    draft: str = "",
 ) -> int:
     engine = started_engine(options, server, **(remote or {}))
     session = ChatSession(settings=settings, system_prompt=system or "", top_n=top_n)
     session.stop = tuple(stop)
     session.enable_thinking = think
+    session.speculation = draft
     session.attach(engine, engine.info)
     tokens: list[Token] = []
     finished: Finished | None = None
@@ -118,12 +128,22 @@ def run_ask(
                 "n_params": info.n_params if info else None,
             },
             "settings": load_settings(info),
+            "speculation": {
+                "draft": st.draft,
+                "draft_model": info.draft_model if info else "",
+                "drafted": st.draft_tokens,
+                "accepted": st.draft_accepted,
+                "acceptance": st.acceptance,
+                "mean_accepted": st.mean_accepted,
+            },
+            "breakdown": breakdown.as_dict(st, load_s=info.load_s if info else None),
             "tokens": [
                 {
                     "id": t.id,
                     "text": t.piece.decode("utf-8", "replace"),
                     "logprob": t.logprob,
                     "top": [{"id": c.id, "text": c.text, "p": c.p} for c in t.candidates],
+                    "drafted": t.drafted,
                 }
                 for t in tokens
             ],
@@ -144,6 +164,7 @@ def stats_line(finished: Finished) -> str:
         f"TTFT {ttft_text(st.ttft_s)} | prefill {prefill_text(st.prefill_tps)} "
         f"({st.prompt_evaluated} tok) | decode {decode_text(st.decode_tps)} | "
         f"{tokens_text(st.completion_tokens)} | {stop_text(finished.reason)}"
+        + (f" | {draft_text(st)}" if st.draft else "")
     )
 
 

@@ -22,6 +22,7 @@ def load_options(
     config=None,
     *,
     find_model: bool = True,
+    draft_model: str | None = None,
 ) -> LoadOptions:
     """How every command loads a model: what is given here (None = not given), else
     config.toml, else LoadOptions' own defaults. With find_model=False (a server, compare) the
@@ -43,9 +44,25 @@ def load_options(
         "n_batch": batch,
         "flash_attn": config.flash_attn if flash_attn is None else flash_attn,
         "repack": config.repack if repack is None else repack,
+        "draft_model": draft_model,
     }
     options = LoadOptions(model_path=path, **{k: v for k, v in given.items() if v is not None})
     return replace(options, n_batch=min(options.n_batch, options.n_ctx))
+
+
+def draft_source(value: str | None, config=None) -> tuple[str, str | None]:
+    """Speculative decoding from --draft (else config's `draft`): ("ngram", None),
+    ("model", PATH) for a draft model file, or ("", None) for none ("off")."""
+    from chatapp.config import Config
+
+    if value is None:
+        value = (config or Config()).draft
+    value = value.strip()
+    if value in ("", "off"):
+        return "", None
+    if value == "ngram":
+        return "ngram", None
+    return "model", str(Path(value).expanduser())
 
 
 def sampler_settings(config=None, **given: object) -> SamplerSettings:

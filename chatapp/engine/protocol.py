@@ -79,6 +79,9 @@ class LoadOptions:
     unless they crashed on this machine and build (remembered) or the tune turned them off."""
     chat_template: str | None = None
     """A jinja chat template used instead of the file's own (None = the file's)."""
+    draft_model: str | None = None
+    """A smaller GGUF file with the same vocabulary, loaded beside the model to draft tokens
+    for speculative decoding (requests with draft="model")."""
 
     @property
     def threads(self) -> int:
@@ -108,6 +111,7 @@ class ModelInfo:
     repack: bool = True  # extra CPU buffer types allowed
     extra_buffers: tuple[str, ...] = ()  # extra CPU buffer types in use (AMX, CPU_REPACK)
     tuned: bool = False  # threads / flash attention / repack came from `chatapp tune`
+    draft_model: str = ""  # path of the draft model loaded beside it ("" = none)
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,9 @@ class GenerateRequest:
     raw_prompt: str | None = None  # skip the chat template (completion mode)
     prompt_ids: tuple[int, ...] | None = None  # exact prompt tokens (benchmarks); no template
     enable_thinking: bool | None = None  # the template's switch for reasoning (None: its own)
+    draft: str = ""
+    """Speculative decoding: "ngram" (drafts looked up in the prompt and reply so far),
+    "model" (the draft model of LoadOptions), or "" (one token at a time)."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +190,17 @@ class Token:
     t: float  # perf_counter when sampled
     logprob: float | None = None  # log p of this token before the samplers
     candidates: tuple[Candidate, ...] = ()
+    drafted: bool = False  # speculative decoding: a draft token the model's sampling agreed with
+    rejected: tuple[int, ...] = ()  # draft tokens proposed for this position and turned down
+
+
+@dataclass(frozen=True)
+class PrefillProgress:
+    """A long prompt is being read: `done` of `total` new tokens evaluated so far."""
+
+    done: int
+    total: int
+    elapsed_s: float
 
 
 @dataclass(frozen=True)
@@ -217,7 +235,7 @@ class Failed:
     message: str
 
 
-Event = PromptEvaluated | Token | SettingsApplied | Notice | Finished | Failed
+Event = PromptEvaluated | PrefillProgress | Token | SettingsApplied | Notice | Finished | Failed
 
 
 @runtime_checkable

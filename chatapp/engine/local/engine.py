@@ -80,6 +80,8 @@ class LocalEngine:
         first compute is started again without them (remembered for this machine). What
         happened is in `notes`, one sentence each."""
         check_model_file(self.options.model_path)
+        if self.options.draft_model:
+            check_model_file(self.options.draft_model)
         self.notes = []
         options, tuned = cpu_backend.choose(self.options)
         steps = gpu_fallback.steps_for(options)

@@ -125,6 +125,8 @@ class Worker:
         meta = self.llama.metadata
         self.chat_template = options.chat_template or meta.get("tokenizer.chat_template", "")
         self.noted: set[str] = set()  # notices said once per loaded model (FOLDED_SYSTEM_NOTE)
+        self.draft_worker: Worker | None = None  # the draft model (LoadOptions.draft_model)
+        self._drafters: dict[str, object] = {}
         self.bos_id = llama_cpp.llama_vocab_bos(self.vocab)
         self.eos_id = llama_cpp.llama_vocab_eos(self.vocab)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
@@ -161,6 +163,51 @@ class Worker:
         self.lib.llama_memory_clear(self.mem, True)
         self.kv_tokens = []
         return code
+
+    def load_draft(self, path: str) -> str:
+        """Load the draft model beside this one; returns why it cannot draft ('' if it can)."""
+        from dataclasses import replace
+
+        from chatapp.engine.local.drafts import ModelDrafter, vocab_mismatch
+
+        options = replace(
+            self.options, model_path=path, draft_model=None, chat_template=None, n_ctx=self.n_ctx
+        )
+        draft = Worker(options)
+        if draft.warm_up() != 0:
+            return f"could not load the draft model {path}: llama.cpp's first decode failed"
+        why = vocab_mismatch(self, draft)
+        if why:
+            return (
+                f"{path} cannot draft for {self.options.model_path}: {why}; a draft model "
+                "needs the same vocabulary (a smaller quant or a smaller model of the family)"
+            )
+        self.draft_worker = draft
+        self._drafters["model"] = ModelDrafter(draft)
+        self.info = replace(self.info, draft_model=path)
+        return ""
+
+    def drafter(self, kind: str):
+        """The drafter a request asks for ("ngram", "model", "": none) and a notice, said once,
+        when it cannot have it."""
+        from chatapp.engine.local.drafts import NgramDrafter
+
+        if not kind:
+            return None, ""
+        if kind == "ngram" and "ngram" not in self._drafters:
+            self._drafters["ngram"] = NgramDrafter()
+        found = self._drafters.get(kind)
+        if found is not None:
+            return found, ""
+        note = (
+            "no draft model is loaded (start with --draft MODEL.gguf); decoding one token at a time"
+            if kind == "model"
+            else f"unknown draft source {kind!r}; decoding one token at a time"
+        )
+        if note in self.noted:
+            return None, ""
+        self.noted.add(note)
+        return None, note
 
     def described(self, log_text: str) -> ModelInfo:
         """The load's facts that only llama.cpp's log tells: GPU layers, flash attention as
@@ -226,8 +273,9 @@ class Worker:
 
     # ---- decoding -----------------------------------------------------------------------
 
-    def decode(self, tokens: list[int], logits_all: bool = False) -> int:
-        """Evaluate tokens after the cached ones; returns llama_decode's code (0 = ok)."""
+    def decode(self, tokens: list[int], logits_all: bool = False, progress=None) -> int:
+        """Evaluate tokens after the cached ones; returns llama_decode's code (0 = ok).
+        `progress(done)` is called after each batch."""
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             b = self.batch
@@ -244,7 +292,19 @@ class Worker:
             if code != 0:
                 return code
             self.kv_tokens.extend(chunk)
+            if progress is not None:
+                progress(start + len(chunk))
         return 0
+
+    def drop_last(self, n: int) -> None:
+        """Take the last n tokens out of the KV cache (drafts the model turned down)."""
+        if n <= 0:
+            return
+        keep = len(self.kv_tokens) - n
+        if not self.lib.llama_memory_seq_rm(self.mem, -1, keep, -1):
+            self.lib.llama_memory_clear(self.mem, True)
+            keep = 0
+        del self.kv_tokens[keep:]
 
     def decode_one(self, token: int) -> int:
         b = self.batch

@@ -14,11 +14,13 @@ import numpy as np
 from chatapp.engine.local import template
 from chatapp.engine.local.candidates import rank, ranked_size, token_logprob, top_candidates
 from chatapp.engine.local.loaded_model import FOLDED_SYSTEM_NOTE, inject_cpu_fault
+from chatapp.engine.local.speculation import Speculation
 from chatapp.engine.protocol import (
     Failed,
     Finished,
     GenerateRequest,
     Notice,
+    PrefillProgress,
     PromptEvaluated,
     SettingsApplied,
     StopReason,
@@ -180,9 +182,12 @@ class Generation:
                 b"".join(w.piece(t) for t in prompt_ids).decode("utf-8", "replace"),
                 "",
             )
+            t_rendered = t_tokenized = time.perf_counter()
         else:
             rendered, warning = w.render_prompt(req)
+            t_rendered = time.perf_counter()
             prompt_ids = w.tokenize(rendered, add_bos=w.add_bos)
+            t_tokenized = time.perf_counter()
         prefix = list(req.reply_prefix_ids)
         full = prompt_ids + prefix
         budget = w.n_ctx - len(full)
@@ -195,6 +200,9 @@ class Generation:
                 flush=True,
             )
             return
+        drafter, draft_note = w.drafter(req.draft)
+        if draft_note:
+            self.send(Notice(draft_note), flush=True)
         t_prefill = time.perf_counter()
         if not w.replies:
             inject_cpu_fault(w.options, "reply")
@@ -202,7 +210,14 @@ class Generation:
         n_reused = w.reuse_prefix(full)
         # The last prompt token is always evaluated on its own, so its logits are computed the
         # same way whether the rest came from the cache or not: a seed then reproduces exactly.
-        code = w.decode(full[n_reused:-1]) or w.decode_one(full[-1])
+        n_new = len(full) - n_reused
+        progress = None
+        if n_new > w.n_batch:  # more than one batch: say how far it got (a long silent wait
+            # reads as a crash)
+            progress = lambda done: self.send(  # noqa: E731
+                PrefillProgress(done, n_new, time.perf_counter() - t_prefill), flush=True
+            )
+        code = w.decode(full[n_reused:-1], progress=progress) or w.decode_one(full[-1])
         t_prefill_end = time.perf_counter()
         if code != 0:
             w.kv_tokens = []
@@ -213,7 +228,7 @@ class Generation:
             PromptEvaluated(
                 tokens=tuple(w.pieces(prompt_ids)),
                 rendered=rendered,
-                n_new=len(full) - n_reused,
+                n_new=n_new,
                 n_reused=n_reused,
                 prefill_s=t_prefill_end - t_prefill,
                 t=t_prefill_end,
@@ -242,6 +257,7 @@ class Generation:
         subset = SubsetSampler(lib, 256)
         n_banned = len(w.eog_tokens()) if req.ignore_eos else 0
         m = ranked_size(s, req.top_n, w.n_vocab, n_banned)
+        spec = Speculation(w, drafter)
         try:
             while True:
                 if index - len(prefix) >= s.max_tokens:
@@ -254,14 +270,14 @@ class Generation:
                 if self.new_settings is not None:
                     s, self.new_settings = self.new_settings, None
                     lib.llama_sampler_free(chain)
-                    chain = build_chain(w, s, w.kv_tokens, req.ignore_eos)
-                    recent = RecentTokens(w.kv_tokens, s.repeat_last_n)
+                    chain = build_chain(w, s, w.kv_tokens[: spec.verified], req.ignore_eos)
+                    recent = RecentTokens(w.kv_tokens[: spec.verified], s.repeat_last_n)
                     m = ranked_size(s, req.top_n, w.n_vocab, n_banned)
                     self.send(SettingsApplied(s, index), flush=True)
                     if index - len(prefix) >= s.max_tokens:
                         reason = StopReason.MAX_TOKENS
                         break
-                logits = w.logits()
+                logits = w.logits(spec.row)
                 cands: tuple = ()
                 logprob = None
                 idx, log_z = rank(logits, m, req.top_n > 0)
@@ -272,11 +288,12 @@ class Generation:
                 if subset_exact(s, idx.shape[0]):
                     tok = subset.sample(chain, logits, idx)
                 else:
-                    tok = lib.llama_sampler_sample(chain, ctx, -1)
+                    tok = lib.llama_sampler_sample(chain, ctx, spec.row)
                 t_tok = time.perf_counter()
                 if not req.ignore_eos and lib.llama_vocab_is_eog(w.vocab, tok):
                     reason = StopReason.EOG
                     break
+                drafted, rejected = spec.check(tok)
                 times.append(t_tok)
                 if req.top_n > 0:
                     logprob = token_logprob(logits, tok, log_z)
@@ -284,7 +301,10 @@ class Generation:
                 delta = decoder.decode(piece)
                 text_parts.append(delta)
                 text_len += len(delta)
-                self.send(Token(index, tok, piece, delta, t_tok, logprob, cands), flush=index == 0)
+                self.send(
+                    Token(index, tok, piece, delta, t_tok, logprob, cands, drafted, rejected),
+                    flush=index == 0,
+                )
                 index += 1
                 recent.push(tok)
                 if stops:
@@ -298,16 +318,20 @@ class Generation:
                         reason = StopReason.STOP_STRING
                         detail = next(x for x in stops if window.find(x) == hit)
                         break
+                if drafted:
+                    continue  # already in the KV cache: it went in as the next row's input
                 if len(w.kv_tokens) >= w.n_ctx:
                     reason = StopReason.CONTEXT_FULL
                     break
-                code = w.decode_one(tok)
+                left = s.max_tokens - (index - len(prefix))
+                code = spec.decode(tok, left)
                 if code != 0:
                     reason = StopReason.CONTEXT_FULL if code == 1 else StopReason.ERROR
                     detail = f"llama_decode returned {code}"
                     break
         finally:
             lib.llama_sampler_free(chain)
+            spec.end()
         text = "".join(text_parts)  # an incomplete UTF-8 tail (cut by max_tokens) is dropped
         stats = stats_from_times(
             t_request=t_request,
@@ -315,8 +339,11 @@ class Generation:
             t_prefill_end=t_prefill_end,
             token_times=times,
             prompt_tokens=len(prompt_ids),
-            prompt_evaluated=len(full) - n_reused,
+            prompt_evaluated=n_new,
             n_past=len(w.kv_tokens),
             n_ctx=w.n_ctx,
+            template_s=t_rendered - t_request,
+            tokenize_s=t_tokenized - t_rendered,
+            **spec.stats(),
         )
         self.send(Finished(reason, text, stats, detail), flush=True)

@@ -39,6 +39,14 @@ def main(
             )
         )
         return
+    if options.draft_model:
+        try:
+            problem = worker.load_draft(options.draft_model)
+        except Exception as exc:
+            problem = _load_error(options.draft_model, exc, log.text())
+        if problem:
+            conn.send(("load_failed", problem))
+            return
     conn.send(("loaded", worker.described(log.text())))
     side_pipe.start(worker, side)
     serve(worker, conn)

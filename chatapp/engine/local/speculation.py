@@ -1,0 +1,115 @@
+"""Speculative decoding's bookkeeping for one reply: draft, verify in one batch, keep or drop."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from chatapp.engine.local.drafts import DraftLength
+
+if TYPE_CHECKING:
+    from chatapp.engine.local.loaded_model import Worker
+
+
+class Speculation:
+    """Decodes each new token together with the drafts that may follow it, so one batched
+    `llama_decode` yields logits for several positions; the token loop then samples position
+    by position from those rows.
+
+    The rule that keeps the model's own distribution: at each row the token is *sampled as
+    usual* (the same chain, the same random draws) and compared with the draft for that
+    position. Equal: the draft is accepted, and the next row (computed with it as input) is
+    valid. Different: the sampled token stands, the rest of the draft is dropped from the KV
+    cache, and the next batch starts from it. Drafts here are deterministic (greedy or looked
+    up), i.e. a point mass q = 1[d]; for those, speculative sampling's accept-with-p(d)/q(d)
+    rule and its residual distribution reduce to exactly this (speculative_probs() is the
+    general rule; tests/test_speculation.py checks both on fixed logits). Greedy output is the
+    same token for token as decoding without drafts.
+    """
+
+    def __init__(self, worker: Worker, drafter) -> None:
+        self.w = worker
+        self.drafter = drafter
+        self.drafts: list[int] = []  # the drafts decoded in the current batch
+        self.row = -1  # logits row the next token is sampled from (-1: the last decode's one)
+        self.length = DraftLength()
+        self.proposed = 0  # draft tokens the model checked
+        self.accepted = 0
+        self.batches = 0
+
+    @property
+    def unverified(self) -> int:
+        """Draft tokens in the KV cache not yet accepted (they are dropped unless they are)."""
+        return len(self.drafts) - self.row if self.drafts else 0
+
+    @property
+    def verified(self) -> int:
+        """KV-cache tokens that are the prompt and the reply so far."""
+        return len(self.w.kv_tokens) - self.unverified
+
+    def check(self, tok: int) -> tuple[bool, tuple[int, ...]]:
+        """The token just sampled at this row: whether it is the draft's (accepted: its KV is
+        in place and the next row is valid), and the drafts it turned down."""
+        if not self.drafts or self.row >= len(self.drafts):
+            return False, ()
+        if tok == self.drafts[self.row]:
+            self.accepted += 1
+            self.row += 1
+            return True, ()
+        return False, tuple(self.drafts[self.row :])
+
+    def decode(self, tok: int, left: int) -> int:
+        """Put a newly sampled token into the KV cache, with drafts after it when the drafter
+        has some (at most `left` - 1: every row yields one token); returns llama_decode's
+        code."""
+        w = self.w
+        self._close_batch()
+        drafts: list[int] = []
+        if self.drafter is not None:
+            room = min(w.n_ctx - len(w.kv_tokens) - 1, left - 1, self.length.value)
+            if room > 0:
+                drafts = self.drafter.propose(w.kv_tokens + [tok], room)[:room]
+        if not drafts:
+            return w.decode_one(tok)
+        code = w.decode([tok, *drafts], logits_all=True)
+        if code == 0:
+            self.drafts, self.row = drafts, 0
+            self.batches += 1
+        return code
+
+    def end(self) -> None:
+        """The reply ended: drafts it never reached leave the KV cache."""
+        self._close_batch()
+
+    def _close_batch(self) -> None:
+        if not self.drafts:
+            return
+        accepted = self.row
+        self.proposed += min(len(self.drafts), accepted + 1)  # the ones compared
+        self.length.update(len(self.drafts), accepted)
+        self.w.drop_last(self.unverified)
+        self.drafts, self.row = [], -1
+
+    def stats(self) -> dict:
+        """GenerationStats fields of the reply's speculation."""
+        return {
+            "draft": self.drafter.name if self.drafter is not None else "",
+            "draft_tokens": self.proposed,
+            "draft_accepted": self.accepted,
+            "draft_batches": self.batches,
+        }
+
+
+def speculative_probs(p, q, draft: int):
+    """Speculative sampling's rule for one draft token d ~ q against the target p (arrays over
+    the vocabulary): accept d with probability min(1, p[d]/q[d]); otherwise sample from the
+    residual max(0, p - q), normalised. Returns (accept probability, residual distribution);
+    the emitted token is then distributed as p exactly (Leviathan et al., 2023)."""
+    import numpy as np
+
+    p = np.asarray(p, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    accept = 1.0 if q[draft] <= 0 else min(1.0, p[draft] / q[draft])
+    residual = np.maximum(p - q, 0.0)
+    total = residual.sum()
+    residual = residual / total if total > 0 else p
+    return accept, residual

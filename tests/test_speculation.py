@@ -1,0 +1,263 @@
+"""Speculative decoding: n-gram drafts, the draft length, the acceptance rule on fixed logits,
+and the real engine with drafts (greedy output, stops, live settings, the KV cache after)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from chatapp.engine.local.drafts import DraftLength, NgramDrafter
+from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.speculation import speculative_probs
+from chatapp.engine.protocol import (
+    ChatMessage,
+    EngineError,
+    Finished,
+    GenerateRequest,
+    LoadOptions,
+    Notice,
+    PromptEvaluated,
+    SettingsApplied,
+    StopReason,
+    Token,
+)
+from chatapp.models import quantize
+from chatapp.models.bundled import smollm2_path
+from chatapp.sampling import SamplerSettings
+
+GREEDY = SamplerSettings(temperature=0.0, repeat_penalty=1.0)
+PASSAGE = (
+    "The keeper climbed the hundred and twelve steps to the lantern room every morning, "
+    "cleaned the great lens with a soft cloth, and wrote the weather in a leather book. "
+    "In the afternoons he mended nets for the fishermen in the village, who paid him in "
+    "bread, in eggs, and sometimes in news from the mainland."
+)
+REWRITE = (
+    ChatMessage(
+        "user",
+        "Repeat the following text exactly, changing 'keeper' to 'warden':\n\n" + PASSAGE,
+    ),
+)
+
+
+# ---- drafts -------------------------------------------------------------------------------
+
+
+def test_ngram_lookup_drafts_what_followed_the_latest_match():
+    d = NgramDrafter()
+    seq = [1, 2, 3, 4, 5, 9, 2, 3]
+    assert d.propose(seq, 3) == [4, 5, 9]  # "2 3" was followed by 4 5 9
+    assert d.propose([*seq, 4, 5], 2) == [9, 2]  # the longer n-gram "2 3 4 5" matches first
+    assert d.propose([7, 8], 4) == []  # a new text: nothing to look up
+    again = [1, 2, 1, 2, 1, 2]
+    assert d.propose(again, 4) == [1, 2]  # the most recent occurrence, up to the end
+
+
+def test_ngram_index_follows_the_text_incrementally():
+    d = NgramDrafter()
+    d.propose([5, 6, 7, 8], 2)
+    d.propose([5, 6, 7, 8, 5, 6], 2)
+    assert d.tokens == [5, 6, 7, 8, 5, 6]  # extended, not rebuilt
+    assert d.propose([5, 6, 7, 8, 5, 6], 2) == [7, 8]
+
+
+def test_draft_length_grows_on_full_acceptance_and_falls_after_a_miss():
+    n = DraftLength(start=8, low=2, high=16)
+    n.update(8, 8)
+    assert n.value == 16
+    n.update(16, 16)
+    assert n.value == 16
+    n.update(16, 3)
+    assert n.value == 4
+    n.update(4, 0)
+    assert n.value == 2
+
+
+# ---- the acceptance rule on fixed logits ----------------------------------------------------
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def test_speculative_sampling_keeps_the_target_distribution():
+    rng = np.random.default_rng(7)
+    p = _softmax(np.array([2.0, 1.5, 0.3, -1.0, 0.9]))
+    q = _softmax(np.array([0.1, 2.5, 0.0, 0.4, -0.5]))  # a draft model that disagrees
+    # Exact: P(x) = q(x) min(1, p/q) + P(reject) residual(x) must equal p(x) for every x.
+    total = np.zeros_like(p)
+    for d in range(len(p)):
+        accept, residual = speculative_probs(p, q, d)
+        total[d] += q[d] * accept
+        total += q[d] * (1 - accept) * residual
+    np.testing.assert_allclose(total, p, atol=1e-12)
+    # And by simulation, as the rule is run: draw d ~ q, accept or resample.
+    n = 200_000
+    drafts = rng.choice(len(q), size=n, p=q)
+    out = np.empty(n, dtype=int)
+    for d in range(len(q)):
+        idx = np.flatnonzero(drafts == d)
+        accept, residual = speculative_probs(p, q, d)
+        keep = rng.random(idx.size) < accept
+        out[idx[keep]] = d
+        out[idx[~keep]] = rng.choice(len(p), size=int((~keep).sum()), p=residual)
+    freq = np.bincount(out, minlength=len(p)) / n
+    np.testing.assert_allclose(freq, p, atol=0.005)
+
+
+def test_a_deterministic_draft_reduces_to_sample_and_compare():
+    """What the token loop does: drafts are a point mass q = 1[d], so the rule accepts d with
+    probability p(d) and otherwise samples from p without d; sampling x ~ p and keeping d only
+    when x == d is the same thing."""
+    p = _softmax(np.array([1.0, 0.2, -0.5, 2.2]))
+    for d in range(len(p)):
+        q = np.eye(len(p))[d]
+        accept, residual = speculative_probs(p, q, d)
+        assert accept == pytest.approx(p[d])
+        expected = p.copy()
+        expected[d] = 0
+        np.testing.assert_allclose(residual, expected / expected.sum(), atol=1e-12)
+
+
+# ---- the real engine ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def f16_model(tmp_path_factory) -> str:
+    """An F16 copy of the bundled model: llama.cpp's batched and one-token decodes give the same
+    logits for it on the CPU, so greedy output with drafts must match token for token. (For
+    quantized files the batched kernels round differently, as in llama.cpp's own speculative
+    decoding, llama.cpp #25618: the output can part where two candidates are nearly tied.)"""
+    out = tmp_path_factory.mktemp("f16")
+    return quantize.quantize(smollm2_path(), "F16", out, nthread=2).output
+
+
+def _run(engine, messages=REWRITE, draft="", settings=GREEDY, n=120, **kw) -> list:
+    return list(
+        engine.generate(GenerateRequest(messages, settings.with_(max_tokens=n), draft=draft, **kw))
+    )
+
+
+def _tokens(events) -> list[Token]:
+    return [e for e in events if isinstance(e, Token)]
+
+
+@pytest.fixture(scope="module")
+def f16_engine(f16_model):
+    with LocalEngine(LoadOptions(model_path=f16_model, n_ctx=1024, n_gpu_layers=0)) as eng:
+        yield eng
+
+
+@pytest.mark.slow
+def test_greedy_output_with_ngram_drafts_is_the_same_token_for_token(f16_engine):
+    plain = _run(f16_engine)
+    spec = _run(f16_engine, draft="ngram")
+    assert [t.id for t in _tokens(spec)] == [t.id for t in _tokens(plain)]
+    assert spec[-1].text == plain[-1].text
+    st = spec[-1].stats
+    assert st.draft == "ngram" and st.draft_tokens > 20 and st.draft_accepted > 10
+    assert st.draft_batches > 0 and 0 < st.acceptance <= 1
+    drafted = [t for t in _tokens(spec) if t.drafted]
+    assert len(drafted) == st.draft_accepted
+    # Free text: fewer drafts come true; the ones turned down are reported where they were.
+    story = (ChatMessage("user", "Write a long story about a fox who learns to sail."),)
+    plain_story = _run(f16_engine, messages=story, n=160)
+    spec_story = _run(f16_engine, messages=story, draft="ngram", n=160)
+    assert [t.id for t in _tokens(spec_story)] == [t.id for t in _tokens(plain_story)]
+    turned_down = [t for t in _tokens(spec_story) if t.rejected]
+    assert turned_down and all(t.rejected[0] != t.id and not t.drafted for t in turned_down)
+    # Every token still has its candidates, drafted or not.
+    assert all(t.candidates and t.logprob is not None for t in _tokens(spec))
+    assert plain[-1].stats.draft_tokens == 0 and plain[-1].stats.draft == ""
+
+
+@pytest.mark.slow
+def test_the_kv_cache_after_a_speculative_reply_serves_the_next_turn(f16_engine):
+    first = _run(f16_engine, draft="ngram", n=60)
+    follow = (*REWRITE, ChatMessage("assistant", first[-1].text), ChatMessage("user", "Again."))
+    with_drafts = _run(f16_engine, messages=follow, draft="ngram", n=40)
+    reused = next(e for e in with_drafts if isinstance(e, PromptEvaluated)).n_reused
+    assert reused > 50, "the first turn's tokens came from the cache"
+    _run(f16_engine, messages=(ChatMessage("user", "x"),), n=1)  # a cold cache for the reference
+    cold = _run(f16_engine, messages=follow, n=40)
+    assert [t.id for t in _tokens(with_drafts)] == [t.id for t in _tokens(cold)]
+
+
+@pytest.mark.slow
+def test_stop_strings_and_max_tokens_hold_with_drafts(f16_engine):
+    plain = _run(f16_engine, n=200)
+    text = plain[-1].text
+    stop = text.split()[12]
+    spec = _run(f16_engine, draft="ngram", n=200, stop=(stop,))
+    assert spec[-1].reason == StopReason.STOP_STRING and stop not in spec[-1].text
+    assert text.startswith(spec[-1].text)
+    short = _run(f16_engine, draft="ngram", n=9)
+    assert len(_tokens(short)) == 9 and short[-1].reason == StopReason.MAX_TOKENS
+
+
+@pytest.mark.slow
+def test_settings_changed_mid_reply_apply_from_the_next_token_with_drafts(f16_engine):
+    events = []
+    gen = f16_engine.generate(GenerateRequest(REWRITE, GREEDY.with_(max_tokens=80), draft="ngram"))
+    for event in gen:
+        events.append(event)
+        if isinstance(event, Token) and event.index == 5:
+            f16_engine.update_settings(GREEDY.with_(max_tokens=30))
+    applied = [e for e in events if isinstance(e, SettingsApplied)]
+    assert applied and applied[0].settings.max_tokens == 30
+    assert len(_tokens(events)) == 30 and events[-1].reason == StopReason.MAX_TOKENS
+
+
+@pytest.mark.slow
+def test_sampled_replies_with_drafts_reproduce_with_the_seed(f16_engine):
+    warm = GREEDY.with_(temperature=0.7, top_k=40, top_p=0.95, seed=11)
+    a = _run(f16_engine, draft="ngram", settings=warm, n=60)
+    b = _run(f16_engine, draft="ngram", settings=warm, n=60)
+    assert [t.id for t in _tokens(a)] == [t.id for t in _tokens(b)]
+
+
+@pytest.mark.slow
+def test_asking_for_a_draft_model_without_one_says_so_once(engine):
+    first = _run(engine, draft="model", n=4)
+    notes = [e.message for e in first if isinstance(e, Notice)]
+    assert any("no draft model is loaded" in n for n in notes)
+    assert isinstance(first[-1], Finished) and len(_tokens(first)) == 4
+    again = _run(engine, draft="model", n=4)
+    assert not [e for e in again if isinstance(e, Notice) and "draft" in e.message]
+
+
+@pytest.fixture(scope="module")
+def ladder(tmp_path_factory) -> dict[str, str]:
+    out = tmp_path_factory.mktemp("ladder")
+    made = {t: quantize.quantize(smollm2_path(), t, out, nthread=2) for t in ("Q8_0", "Q2_K")}
+    return {t: result.output for t, result in made.items()}
+
+
+@pytest.mark.slow
+def test_a_draft_model_of_the_same_vocabulary_drafts(ladder):
+    options = LoadOptions(
+        model_path=ladder["Q8_0"], n_ctx=1024, n_gpu_layers=0, draft_model=ladder["Q2_K"]
+    )
+    with LocalEngine(options) as eng:
+        assert eng.info.draft_model == ladder["Q2_K"]
+        events = _run(eng, draft="model", n=60)
+    st = events[-1].stats
+    assert st.draft == "model" and st.draft_tokens > 0 and st.draft_accepted > 0
+    assert len(_tokens(events)) == 60
+
+
+@pytest.mark.slow
+def test_a_draft_model_of_another_vocabulary_is_refused_in_one_sentence(ladder):
+    from chatapp.models.bundled import gemma_path
+
+    options = LoadOptions(
+        model_path=ladder["Q8_0"], n_ctx=512, n_gpu_layers=0, draft_model=str(gemma_path())
+    )
+    eng = LocalEngine(options)
+    with pytest.raises(EngineError) as caught:
+        eng.start()
+    eng.close()
+    message = str(caught.value)
+    assert "cannot draft for" in message and "same vocabulary" in message
+    assert "262144 tokens" in message and "\n" not in message
