@@ -166,7 +166,7 @@ def test_greedy_output_with_ngram_drafts_is_the_same_token_for_token(f16_engine)
     spec_story = _run(f16_engine, messages=story, draft="ngram", n=160)
     assert [t.id for t in _tokens(spec_story)] == [t.id for t in _tokens(plain_story)]
     turned_down = [t for t in _tokens(spec_story) if t.rejected]
-    assert turned_down and all(t.rejected[0] != t.id and not t.drafted for t in turned_down)
+    assert turned_down and all(t.rejected[0] != t.piece and not t.drafted for t in turned_down)
     # Every token still has its candidates, drafted or not.
     assert all(t.candidates and t.logprob is not None for t in _tokens(spec))
     assert plain[-1].stats.draft_tokens == 0 and plain[-1].stats.draft == ""

@@ -191,7 +191,7 @@ class Token:
     logprob: float | None = None  # log p of this token before the samplers
     candidates: tuple[Candidate, ...] = ()
     drafted: bool = False  # speculative decoding: a draft token the model's sampling agreed with
-    rejected: tuple[int, ...] = ()  # draft tokens proposed for this position and turned down
+    rejected: tuple[bytes, ...] = ()  # draft tokens proposed from this position, turned down
 
 
 @dataclass(frozen=True)

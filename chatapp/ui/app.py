@@ -24,6 +24,7 @@ from chatapp.history.store import StoreError
 from chatapp.sampling import SamplerSettings
 from chatapp.ui.messages import (
     NoticeShown,
+    PrefillProgressed,
     PromptShown,
     ReplyFailed,
     ReplyFinished,
@@ -34,6 +35,7 @@ from chatapp.ui.model_host import ModelHost
 from chatapp.ui.panel_feed import PanelFeed
 from chatapp.ui.prompt_input import PromptInput
 from chatapp.ui.reply import Reply, footer_for, stored_footer
+from chatapp.ui.reply_report import ReplyReport
 from chatapp.ui.screens.conversations import Choice, ConversationsScreen
 from chatapp.ui.screens.system_prompt import SystemPromptScreen
 from chatapp.ui.shell import settle_gc
@@ -71,6 +73,12 @@ class ChatApp(ModelHost):
         )  # fmt: skip
         self.startup_notes = list(startup_notes)
         self.session.enable_thinking = self.config.think
+        self.session.speculation = (
+            self.config.draft
+            if self.config.draft == "ngram"
+            else ("model" if self.config.draft else "")
+        )
+        self.report = ReplyReport()  # the Speed panel's note on each finished reply
         self.reply: Reply | None = None
         self.last_reply: Reply | None = None
         self._reply_ids = 0
@@ -155,6 +163,7 @@ class ChatApp(ModelHost):
 
     def model_ready(self) -> None:
         self.pacer.use(self.cadence)
+        self.sampler.show_draft(self.session.speculation)
         if self._reply_pending:
             self._reply_pending = False
             self.run_worker(self._generate(), exclusive=False)
@@ -236,6 +245,16 @@ class ChatApp(ModelHost):
         self.panels.settings = self.settings
         self.panels.took(message.tokens, first)
 
+    def on_prefill_progressed(self, message: PrefillProgressed) -> None:
+        if self.reply is None or message.reply_id != self.reply.id:
+            return
+        done, total, elapsed = message.done, message.total, message.elapsed_s
+        rate = done / elapsed if elapsed > 0 else 0.0
+        eta = f", about {(total - done) / rate:.0f} s left" if rate > 0 else ""
+        self.set_status(
+            f"reading the prompt: {done:,}/{total:,} tokens ({rate:,.0f} t/s{eta}; Esc stops)"
+        )
+
     def _record_first_paint(self, reply: Reply) -> None:
         reply.first_paint_s = time.perf_counter() - reply.submitted
         self.first_paint_s.append(reply.first_paint_s)
@@ -281,7 +300,10 @@ class ChatApp(ModelHost):
             tokens=len(reply.tokens),
             n_past=st.n_past,
             n_ctx=st.n_ctx or self.stats_panel.stats.n_ctx,
+            drafted=sum(t.drafted for t in reply.tokens),
         )
+        model = self.info.path if self.info else ""
+        self.stats_panel.notes = self.report.note(ev, model, reply.first_paint_s)
         self.set_status(f"done: {ev.reason}" + (f" ({ev.detail})" if ev.detail else ""))
         self._end_reply()
 
@@ -383,6 +405,18 @@ class ChatApp(ModelHost):
         self.session.enable_thinking = on
         state = "on" if on else "off"
         self.set_status(f"thinking {state} from the next reply (where the template has it)")
+
+    def action_cycle_draft(self) -> None:
+        """Speculative decoding for the next reply: off, n-gram drafts, the draft model (when
+        one is loaded), off again."""
+        order = ["", "ngram"] + (["model"] if self.info and self.info.draft_model else [])
+        current = self.session.speculation if self.session.speculation in order else ""
+        self.session.speculation = order[(order.index(current) + 1) % len(order)]
+        self.sampler.show_draft(self.session.speculation)
+        self.set_status(f"drafts: {self.session.speculation or 'off'} from the next reply")
+
+    def on_sampler_panel_draft_pressed(self, message: SamplerPanel.DraftPressed) -> None:
+        self.action_cycle_draft()
 
     async def action_new_chat(self) -> None:
         if self.reply is not None:

@@ -36,6 +36,18 @@ class PromptShown(Message):
         self.event = event
 
 
+class PrefillProgressed(Message):
+    """A long prompt is being read: how far (a newer one replaces an older one)."""
+
+    def __init__(self, reply_id: int, done: int, total: int, elapsed_s: float) -> None:
+        super().__init__()
+        self.reply_id = reply_id
+        self.done, self.total, self.elapsed_s = done, total, elapsed_s
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, PrefillProgressed)
+
+
 class TokensArrived(Message):
     """A batch of tokens (never dropped: every token must reach the chat)."""
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def shown(tok: Token) -> ShownToken:
-    return ShownToken(tok.id, tok.piece, tok.logprob)
+    return ShownToken(tok.id, tok.piece, tok.logprob, drafted=tok.drafted, rejected=tok.rejected)
 
 
 class PanelFeed:
@@ -49,8 +49,13 @@ class PanelFeed:
         self.tokens.reset_reply([shown(t) for t in reply.tokens])
         self.stats.speeds = ()
         self.stats.stats = self.stats.stats.but(
-            state="generating", stop_reason="", tokens=len(reply.tokens), decode_tps=None
+            state="generating",
+            stop_reason="",
+            tokens=len(reply.tokens),
+            decode_tps=None,
+            drafted=0,
         )
+        self.stats.notes = ""
 
     def prompt(self, event: PromptEvaluated) -> None:
         # Shown with the panels, after the first token is on screen: a frame drawing the
@@ -103,6 +108,7 @@ class PanelFeed:
             ttft_s=reply.ttft_s,
             decode_tps=reply.decode_tps,
             tokens=len(reply.tokens),
+            drafted=sum(t.drafted for t in reply.tokens),
             n_past=self._prompt_len + len(reply.tokens),
             first_paint_s=reply.first_paint_s,
         )

@@ -49,6 +49,14 @@ class ChatShell(App):
         Binding(
             "ctrl+b", "toggle_thinking", "Think on/off", show=False, id="chat.think", priority=True
         ),
+        Binding(
+            "ctrl+y",
+            "cycle_draft",
+            "Drafts off/ngram/model",
+            show=False,
+            id="chat.draft",
+            priority=True,
+        ),
         Binding("f8", "pick_model", "Models", id="models.pick", priority=True),
         Binding("f9", "model_card", "Model card", id="models.card", priority=True),
         Binding("f10", "compare_models", "Compare", id="models.compare", priority=True),

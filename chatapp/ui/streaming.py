@@ -16,12 +16,14 @@ from chatapp.engine.protocol import (
     GenerateRequest,
     ModelInfo,
     Notice,
+    PrefillProgress,
     PromptEvaluated,
     SettingsApplied,
     Token,
 )
 from chatapp.ui.messages import (
     NoticeShown,
+    PrefillProgressed,
     PromptShown,
     ReplyFailed,
     ReplyFinished,
@@ -92,6 +94,8 @@ def stream_reply(
                     flush()
             elif isinstance(event, PromptEvaluated):
                 post(PromptShown(reply_id, event))
+            elif isinstance(event, PrefillProgress):
+                post(PrefillProgressed(reply_id, event.done, event.total, event.elapsed_s))
             elif isinstance(event, SettingsApplied):
                 flush()
                 post(SettingsTookEffect(reply_id, event))

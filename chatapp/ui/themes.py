@@ -17,6 +17,7 @@ PANEL_DEFAULTS = {
     "token-a": "#1f3a5a",
     "token-b": "#4a2e52",
     "token-special": "#6b4a12",
+    "token-draft": "#5fd7af",  # tokens that came from an accepted draft (speculative decoding)
     "prob-raw": "#8a8a8a",
     "prob-final": "#5fd787",
     "prob-cut": "#ff8787",

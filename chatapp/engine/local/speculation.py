@@ -46,16 +46,16 @@ class Speculation:
         """KV-cache tokens that are the prompt and the reply so far."""
         return len(self.w.kv_tokens) - self.unverified
 
-    def check(self, tok: int) -> tuple[bool, tuple[int, ...]]:
+    def check(self, tok: int) -> tuple[bool, tuple[bytes, ...]]:
         """The token just sampled at this row: whether it is the draft's (accepted: its KV is
-        in place and the next row is valid), and the drafts it turned down."""
+        in place and the next row is valid), and the drafts it turned down (their bytes)."""
         if not self.drafts or self.row >= len(self.drafts):
             return False, ()
         if tok == self.drafts[self.row]:
             self.accepted += 1
             self.row += 1
             return True, ()
-        return False, tuple(self.drafts[self.row :])
+        return False, tuple(self.w.piece(d) for d in self.drafts[self.row :])
 
     def decode(self, tok: int, left: int) -> int:
         """Put a newly sampled token into the KV cache, with drafts after it when the drafter

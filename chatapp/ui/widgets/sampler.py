@@ -118,6 +118,10 @@ class SamplerPanel(Vertical):
     SamplerPanel > #presets > Button { min-width: 8; height: 1; border: none; margin: 0 1 0 0;
         padding: 0 1; }
     SamplerPanel > #sampler-status { height: 1; color: $text-muted; }
+    SamplerPanel > #draft-row { height: 1; }
+    SamplerPanel > #draft-row > Button { min-width: 16; height: 1; border: none;
+        margin: 0 1 0 0; padding: 0 1; }
+    SamplerPanel > #draft-row > #draft-help { color: $text-muted; }
     """
 
     settings: reactive[SamplerSettings] = reactive(SamplerSettings)
@@ -127,6 +131,9 @@ class SamplerPanel(Vertical):
         def __init__(self, settings: SamplerSettings) -> None:
             super().__init__()
             self.settings = settings
+
+    class DraftPressed(Message):
+        """The drafts button: the app turns speculative decoding to its next source."""
 
     def __init__(
         self,
@@ -148,7 +155,14 @@ class SamplerPanel(Vertical):
                 # A name that is not a valid widget id (a space, say) gets no id of its own.
                 wid = f"preset-{name}" if re.fullmatch(r"[A-Za-z_][\w-]*", name) else None
                 yield Button(name, id=wid, name=name, classes="preset", compact=True)
+        with Horizontal(id="draft-row"):
+            yield Button("drafts: off", id="draft-toggle", compact=True)
+            yield Static("speculative decoding (ctrl+y)", id="draft-help")
         yield Static("", id="sampler-status")
+
+    def show_draft(self, source: str) -> None:
+        """The drafts button's label: off, ngram or model."""
+        self.query_one("#draft-toggle", Button).label = f"drafts: {source or 'off'}"
 
     def on_slider_changed(self, message: Slider.Changed) -> None:
         message.stop()
@@ -156,6 +170,10 @@ class SamplerPanel(Vertical):
         self.post_message(self.SettingsChanged(self.settings))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "draft-toggle":
+            event.stop()
+            self.post_message(self.DraftPressed())
+            return
         if not event.button.has_class("preset") or event.button.name not in self.presets:
             return
         event.stop()

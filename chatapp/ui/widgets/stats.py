@@ -28,6 +28,7 @@ class LiveStats:
     prompt_reused: int = 0
     decode_tps: float | None = None
     tokens: int = 0
+    drafted: int = 0  # tokens of the reply that came from accepted drafts
     n_past: int = 0
     n_ctx: int = 0
     stop_reason: str = ""
@@ -70,6 +71,7 @@ class StatsPanel(Vertical):
     StatsPanel > Sparkline { height: 2; margin: 0 0; }
     StatsPanel > Sparkline > .sparkline--max-color { color: $spark-max; }
     StatsPanel > Sparkline > .sparkline--min-color { color: $spark-min; }
+    StatsPanel > #stats-notes { height: auto; color: $text-muted; }
     """
 
     stats: reactive[LiveStats] = reactive(LiveStats)
@@ -78,10 +80,17 @@ class StatsPanel(Vertical):
     """The loaded model."""
     speeds: reactive[tuple[float, ...]] = reactive(())
     """Per-token decode speed (t/s) of the last SPARK_POINTS tokens, for the sparkline."""
+    notes: reactive[str] = reactive("")
+    """Lines under the sparkline: why the last reply took its time, what drafting did."""
 
     def compose(self) -> ComposeResult:
         yield Static(id="stats-table")
         yield Sparkline([], id="speed-spark")
+        yield Static("", id="stats-notes")
+
+    def watch_notes(self, notes: str) -> None:
+        if self.is_mounted:
+            self.query_one("#stats-notes", Static).update(notes)
 
     def watch_stats(self) -> None:
         self._redraw()
@@ -110,7 +119,8 @@ class StatsPanel(Vertical):
             "new/reused",
             f"{s.prompt_new}/{s.prompt_reused}",
         )
-        t.add_row("decode", decode_text(s.decode_tps, MISSING), "tokens", str(s.tokens))
+        tokens = f"{s.tokens} ({s.drafted} drafted)" if s.drafted else str(s.tokens)
+        t.add_row("decode", decode_text(s.decode_tps, MISSING), "tokens", tokens)
         t.add_row(
             "context",
             context_bar(s.n_past, s.n_ctx or (info.n_ctx if info else 0), 12),

@@ -26,6 +26,8 @@ class ShownToken:
     piece: bytes
     logprob: float | None = None
     special: bool = False
+    drafted: bool = False  # came from an accepted draft (speculative decoding)
+    rejected: tuple[bytes, ...] = ()  # drafts turned down at this position
 
 
 class TokenStrip(Widget, can_focus=True):
@@ -37,6 +39,8 @@ class TokenStrip(Widget, can_focus=True):
         "tokenstrip--special",
         "tokenstrip--cursor",
         "tokenstrip--id",
+        "tokenstrip--draft",
+        "tokenstrip--rejected",
     }
     DEFAULT_CSS = """
     TokenStrip { height: auto; min-height: 1; padding: 0 1; }
@@ -47,6 +51,8 @@ class TokenStrip(Widget, can_focus=True):
     TokenStrip > .tokenstrip--cursor { background: $accent; color: $background;
         text-style: bold; }
     TokenStrip > .tokenstrip--id { color: $text-muted; }
+    TokenStrip > .tokenstrip--draft { color: $token-draft; text-style: underline; }
+    TokenStrip > .tokenstrip--rejected { color: $text-disabled; text-style: strike; }
     TokenStrip:focus { background: $boost; }
     """
     BINDINGS = [
@@ -54,6 +60,7 @@ class TokenStrip(Widget, can_focus=True):
         Binding("right", "move(1)", "Next token", show=False, id="tokens.right"),
         Binding("home", "jump(0)", "First token", show=False, id="tokens.home"),
         Binding("end", "jump(-1)", "Last token", show=False, id="tokens.end"),
+        Binding("d", "toggle_rejected", "Rejected drafts", show=False, id="tokens.rejected"),
     ]
 
     tokens: reactive[tuple[ShownToken, ...]] = reactive((), layout=True)
@@ -62,6 +69,8 @@ class TokenStrip(Widget, can_focus=True):
     """Draw each token's id after it."""
     cursor: reactive[int | None] = reactive(None)
     """Index of the selected token, or None."""
+    show_rejected: reactive[bool] = reactive(False, layout=True)
+    """Draw the drafts turned down at each position after its token (speculative decoding)."""
 
     class Selected(Message):
         """The cursor moved to a token."""
@@ -87,19 +96,28 @@ class TokenStrip(Widget, can_focus=True):
         special = self.get_component_rich_style("tokenstrip--special")
         cursor = self.get_component_rich_style("tokenstrip--cursor")
         id_style = self.get_component_rich_style("tokenstrip--id")
+        draft = self.get_component_rich_style("tokenstrip--draft")
+        rejected = self.get_component_rich_style("tokenstrip--rejected")
         text = Text(no_wrap=False, overflow="fold")
         self._spans = []
         for i, tok in enumerate(self.tokens):
             start = len(text)
             style = cursor if i == self.cursor else special if tok.special else styles[i % 2]
+            if tok.drafted and i != self.cursor:
+                style = style + draft
             text.append(token_display(tok.piece) or "∅", style)
             if self.show_ids:
                 text.append(f"{tok.id}", id_style)
                 text.append(" ")
             self._spans.append((start, len(text)))
+            if self.show_rejected and tok.rejected:
+                text.append("⟨" + "".join(token_display(p) for p in tok.rejected) + "⟩", rejected)
         if not self.tokens:
             text.append("(no tokens yet)", id_style)
         return text
+
+    def action_toggle_rejected(self) -> None:
+        self.show_rejected = not self.show_rejected
 
     def watch_cursor(self, value: int | None) -> None:
         if value is not None:
@@ -142,6 +160,11 @@ def describe(tok: ShownToken, index: int) -> str:
     parts = [f"#{index}", f"id {tok.id}", f"bytes {escape_bytes(tok.piece)!s}"]
     if tok.logprob is not None:
         parts.append(f"logprob {tok.logprob:.3f} (p {math.exp(tok.logprob):.3f})")
+    if tok.drafted:
+        parts.append("from an accepted draft")
+    if tok.rejected:
+        shown = "".join(token_display(p) for p in tok.rejected)
+        parts.append(f"draft turned down: {shown!r}")
     return "  ".join(parts)
 
 

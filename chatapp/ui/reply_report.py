@@ -1,0 +1,35 @@
+"""The Speed panel's note on a finished reply: where its time went, and what drafting did."""
+
+from __future__ import annotations
+
+from chatapp import breakdown
+from chatapp.engine.protocol import Finished
+from chatapp.stats_text import draft_text
+
+PLAIN_MIN_TOKENS = 16  # a plain reply shorter than this says little about decode speed
+
+
+class ReplyReport:
+    """Remembers the last plain (undrafted) decode rate per model, the comparison a reply with
+    drafts is shown against."""
+
+    def __init__(self) -> None:
+        self.plain_tps: dict[str, float] = {}
+
+    def note(self, ev: Finished, model: str, first_paint_s: float | None = None) -> str:
+        st = ev.stats
+        ui_s = None
+        if first_paint_s is not None and st.ttft_s is not None:
+            ui_s = first_paint_s - st.ttft_s
+        lines = [f"why: {breakdown.verdict(st, ui_s=ui_s)}"]
+        if st.draft:
+            line = draft_text(st)
+            plain = self.plain_tps.get(model)
+            if plain and st.decode_tps:
+                line += f"; {st.decode_tps / plain:.2f}x the last plain reply ({plain:.1f} t/s)"
+            else:
+                line += "; no plain reply on this model yet to compare with"
+            lines.append(line)
+        elif st.decode_tps and st.completion_tokens >= PLAIN_MIN_TOKENS:
+            self.plain_tps[model] = st.decode_tps
+        return "\n".join(lines)

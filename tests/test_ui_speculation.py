@@ -1,0 +1,59 @@
+"""The TUI with speculative decoding on the real model: drafted tokens marked in the Tokens tab,
+rejected drafts on demand, the Speed panel's note, the drafts toggle."""
+
+from __future__ import annotations
+
+import pytest
+from test_ui import SIZE, send, wait_until
+
+from chatapp.config import Config
+from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.protocol import LoadOptions
+from chatapp.ui.app import ChatApp
+from chatapp.ui.widgets.tokens import TokenStrip
+
+REWRITE = (
+    "Repeat this sentence exactly: The keeper climbed the hundred and twelve steps to the "
+    "lantern room every morning and cleaned the great lens with a soft cloth."
+)
+
+
+@pytest.mark.slow
+async def test_drafted_tokens_are_marked_and_the_speed_panel_reports_them(model_path, fresh_dirs):
+    options = LoadOptions(model_path=model_path, n_ctx=1024, n_gpu_layers=0)
+    app = ChatApp(lambda: LocalEngine(options), config=Config(draft="ngram"))
+    app.initial_settings = app.settings = app.settings.with_(temperature=0.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, REWRITE)
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None, 60)
+        reply = app.last_reply
+        drafted = [t for t in reply.tokens if t.drafted]
+        assert drafted, "the rewrite drafts most of its tokens from the prompt"
+        strip = app.query_one("#reply-tokens", TokenStrip)
+        assert sum(t.drafted for t in strip.tokens) == len(drafted)
+        marked = strip.get_component_rich_style("tokenstrip--draft")
+        rendered = strip.render()
+        i = next(i for i, t in enumerate(strip.tokens) if t.drafted)
+        a, _ = strip._spans[i]
+        assert any(s.start <= a < s.end and s.style.underline for s in rendered.spans)
+        assert marked.underline
+        notes = app.stats_panel.notes
+        assert notes.startswith("why: ") and "ngram drafts" in notes
+        assert "no plain reply on this model yet" in notes
+        # Rejected drafts, on demand.
+        if any(t.rejected for t in strip.tokens):
+            assert "⟨" not in strip.render().plain
+            strip.focus()
+            await pilot.press("d")
+            assert strip.show_rejected and "⟨" in strip.render().plain
+        # The toggle: off for the next reply, whose speed becomes the comparison.
+        await pilot.press("ctrl+y")
+        assert app.session.speculation == ""
+        await send(pilot, app, REWRITE)
+        await wait_until(pilot, lambda: app.reply is None and len(app.conversation) == 4, 60)
+        assert "drafts" not in app.stats_panel.notes
+        await pilot.press("ctrl+y")
+        assert app.session.speculation == "ngram"
+        await send(pilot, app, REWRITE)
+        await wait_until(pilot, lambda: app.reply is None and len(app.conversation) == 6, 60)
+        assert "x the last plain reply (" in app.stats_panel.notes
