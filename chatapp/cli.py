@@ -258,12 +258,22 @@ def bench(
     flash_attn: FlashOpt = None,
     repack: RepackOpt = None,
     draft: DraftOpt = None,
+    alternatives: Annotated[
+        int,
+        typer.Option(
+            "--alternatives", min=1, max=8, help="N replies in one batch vs one reply (2..8)"
+        ),
+    ] = 1,
 ) -> None:
     """Decode and prefill speed of the engine vs llama-cpp-python (and llama-bench)."""
     kind, draft_model = draft_source(draft or "off")
     options = load_options(
         model, ctx, ngl, threads, None, flash_attn, repack, read_config(), draft_model=draft_model
     )
+    if alternatives > 1:
+        from chatapp.commands.batch_bench import print_batch_bench
+
+        raise typer.Exit(print_batch_bench(options, alternatives, tokens, reps, as_json))
     if kind:
         from chatapp.commands.draft_bench import print_draft_bench
 

@@ -127,6 +127,8 @@ class GenerateRequest:
     raw_prompt: str | None = None  # skip the chat template (completion mode)
     prompt_ids: tuple[int, ...] | None = None  # exact prompt tokens (benchmarks); no template
     enable_thinking: bool | None = None  # the template's switch for reasoning (None: its own)
+    n_alternatives: int = 1
+    """Replies decoded together in one batch (2..8: "regenerate x N"); Token.seq says whose."""
     draft: str = ""
     """Speculative decoding: "ngram" (drafts looked up in the prompt and reply so far),
     "model" (the draft model of LoadOptions), or "" (one token at a time)."""
@@ -192,6 +194,7 @@ class Token:
     candidates: tuple[Candidate, ...] = ()
     drafted: bool = False  # speculative decoding: a draft token the model's sampling agreed with
     rejected: tuple[bytes, ...] = ()  # draft tokens proposed from this position, turned down
+    seq: int = 0  # which of the alternatives decoded together (GenerateRequest.n_alternatives)
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,8 @@ class Finished:
     text: str  # the full reply (stop string removed)
     stats: GenerationStats
     detail: str = ""
+    alternatives: tuple[str, ...] = ()  # every reply's text when several were decoded together
+    alternative_reasons: tuple[str, ...] = ()  # ... and why each ended
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from chatapp.engine.protocol import (
 from chatapp.models.gguf_info import quant_name
 
 TEMPLATE_TIMEOUT_S = 2.0
+PARALLEL_SEQUENCES = 8  # sequences a context holds: the most replies decoded together
 FOLDED_SYSTEM_NOTE = (
     "the model's chat template has no system role; the system prompt goes at the start of the "
     "first user message"
@@ -79,8 +80,13 @@ def _load_params(extra_bufts: bool, auto_fa: bool):
         return params
 
     def context(*args, **kwargs):
+        params = kwargs["params"]
         if auto_fa:
-            kwargs["params"].flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
+            params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
+        # Room for parallel sequences ("regenerate x N"), all in one KV buffer so each can
+        # use the whole context and share the prompt's cells.
+        params.n_seq_max = PARALLEL_SEQUENCES
+        params.kv_unified = True
         return context_class(*args, **kwargs)
 
     llama_cpp.llama_cpp.llama_model_default_params = model_params
@@ -110,6 +116,7 @@ class Worker:
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
         self.n_batch = options.n_batch
+        self.n_seq_max = llama_cpp.llama_n_seq_max(self.ctx)
         self.batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self.kv_tokens: list[int] = []
         self.replies = 0

@@ -8,6 +8,7 @@ from multiprocessing.connection import Connection
 
 from chatapp.engine.local import perplexity, side_pipe
 from chatapp.engine.local.loaded_model import Worker
+from chatapp.engine.local.parallel import ParallelGeneration
 from chatapp.engine.local.token_loop import Generation
 from chatapp.engine.local.worker_log import WorkerLog, load_error_from_log
 from chatapp.engine.protocol import LoadOptions
@@ -99,7 +100,8 @@ def serve(worker: Worker, conn: Connection) -> None:
             return
         kind = msg[0]
         if kind == "generate":
-            Generation(worker, conn, msg[1]).run()
+            job = ParallelGeneration if msg[1].n_alternatives > 1 else Generation
+            job(worker, conn, msg[1]).run()
         elif kind == "score":
             conn.send(("scored", worker.score(msg[1])))
         elif kind == "perplexity":

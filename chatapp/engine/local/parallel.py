@@ -1,0 +1,207 @@
+"""Several replies to one prompt in one batch: parallel sequences sharing the prompt's KV cache."""
+
+from __future__ import annotations
+
+import codecs
+import time
+from typing import TYPE_CHECKING
+
+from chatapp.engine.local.candidates import rank, ranked_size, token_logprob, top_candidates
+from chatapp.engine.local.token_loop import (
+    Generation,
+    RecentTokens,
+    SubsetSampler,
+    build_chain,
+    subset_exact,
+)
+from chatapp.engine.protocol import (
+    Failed,
+    Finished,
+    PromptEvaluated,
+    SettingsApplied,
+    StopReason,
+    Token,
+)
+from chatapp.metrics import stats_from_times
+
+if TYPE_CHECKING:
+    from chatapp.engine.local.loaded_model import Worker
+
+
+class Sequence:
+    """One of the replies: its chain, its tokens, its position, whether it has ended."""
+
+    def __init__(self, w: Worker, seq: int, settings, history: list[int], ignore_eos: bool):
+        self.seq = seq
+        self.chain = build_chain(w, settings.with_(seed=settings.seed + seq), history, ignore_eos)
+        self.recent = RecentTokens(history, settings.repeat_last_n)
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.parts: list[str] = []
+        self.tokens: list[int] = []
+        self.times: list[float] = []
+        self.pos = len(history)  # where its next token goes in the KV cache
+        self.row = -1  # its logits row in the last batch
+        self.reason: StopReason | None = None
+
+
+class ParallelGeneration(Generation):
+    """`n_alternatives` replies decoded together: one llama_decode per step carries a token of
+    each reply still going (the batching lesson: the weights are read once for all of them).
+
+    Token events carry `seq`; the one Finished holds every reply's text in `alternatives` and
+    stats over all of them (completion tokens summed, decode time the wall time). Afterwards the
+    KV cache keeps the first reply's sequence only (what the next turn most likely reuses)."""
+
+    def _run(self) -> None:
+        w, req = self.w, self.req
+        n = min(req.n_alternatives, w.n_seq_max)  # loaded_model.PARALLEL_SEQUENCES
+        t_request = time.perf_counter()
+        rendered, warning = w.render_prompt(req)
+        prompt = w.tokenize(rendered, add_bos=w.add_bos)
+        if w.n_ctx - len(prompt) < n:
+            self.send(Failed(f"the prompt is {len(prompt)} tokens; it leaves no room"), flush=True)
+            return
+        t_prefill = time.perf_counter()
+        n_reused = w.reuse_prefix(prompt)
+        code = w.decode(prompt[n_reused:-1]) or w.decode_one(prompt[-1])
+        t_prefill_end = time.perf_counter()
+        if code != 0:
+            w.kv_tokens = []
+            w.lib.llama_memory_clear(w.mem, True)
+            self.send(Failed(f"llama_decode failed on the prompt (code {code})"), flush=True)
+            return
+        self.send(
+            PromptEvaluated(
+                tokens=tuple(w.pieces(prompt)),
+                rendered=rendered,
+                n_new=len(prompt) - n_reused,
+                n_reused=n_reused,
+                prefill_s=t_prefill_end - t_prefill,
+                t=t_prefill_end,
+            ),
+            flush=True,
+        )
+        lib = w.lib
+        for s in range(1, n):  # every reply starts from the prompt's cache, shared
+            lib.llama_memory_seq_rm(w.mem, s, -1, -1)
+            lib.llama_memory_seq_cp(w.mem, 0, s, -1, -1)
+        settings = self.settings
+        seqs = [Sequence(w, s, settings, prompt, req.ignore_eos) for s in range(n)]
+        subset = SubsetSampler(lib, 256)
+        m = ranked_size(settings, req.top_n, w.n_vocab)
+        index = 0
+        try:
+            while True:
+                self.check_pipe()
+                if self.new_settings is not None:
+                    settings, self.new_settings = self.new_settings, None
+                    for q in seqs:
+                        lib.llama_sampler_free(q.chain)
+                        history = prompt + q.tokens
+                        q.chain = build_chain(
+                            w, settings.with_(seed=settings.seed + q.seq), history, req.ignore_eos
+                        )
+                        q.recent = RecentTokens(history, settings.repeat_last_n)
+                    m = ranked_size(settings, req.top_n, w.n_vocab)
+                    self.send(SettingsApplied(settings, index), flush=True)
+                live = [q for q in seqs if q.reason is None]
+                if self.cancelled:
+                    for q in live:
+                        q.reason = StopReason.CANCELLED
+                    break
+                if not live:
+                    break
+                for q in live:
+                    self._step(q, settings, m, subset, index)
+                live = [q for q in live if q.reason is None]
+                if not live:
+                    break
+                code = self._decode(live)
+                if code != 0:
+                    for q in live:
+                        q.reason = StopReason.CONTEXT_FULL if code == 1 else StopReason.ERROR
+                    break
+                index += 1
+        finally:
+            for q in seqs:
+                lib.llama_sampler_free(q.chain)
+            for s in range(1, n):
+                lib.llama_memory_seq_rm(w.mem, s, -1, -1)
+        first = seqs[0]  # its decoded tokens stay in the cache
+        w.kv_tokens = prompt + first.tokens[: first.pos - len(prompt)]
+        lib.llama_memory_seq_rm(w.mem, 0, len(w.kv_tokens), -1)
+        times = sorted(t for q in seqs for t in q.times)
+        stats = stats_from_times(
+            t_request=t_request,
+            t_prefill_start=t_prefill,
+            t_prefill_end=t_prefill_end,
+            token_times=times,
+            prompt_tokens=len(prompt),
+            prompt_evaluated=len(prompt) - n_reused,
+            n_past=len(w.kv_tokens),
+            n_ctx=w.n_ctx,
+        )
+        texts = tuple("".join(q.parts) for q in seqs)
+        reasons = tuple(str(q.reason or StopReason.MAX_TOKENS) for q in seqs)
+        self.send(
+            Finished(
+                StopReason(reasons[0]),
+                texts[0],
+                stats,
+                alternatives=texts,
+                alternative_reasons=reasons,
+            ),
+            flush=True,
+        )
+
+    def _step(self, q: Sequence, settings, m: int, subset: SubsetSampler, index: int) -> None:
+        """Sample q's next token from its row of the last batch and report it."""
+        w, req, lib = self.w, self.req, self.w.lib
+        if len(q.tokens) >= settings.max_tokens:
+            q.reason = StopReason.MAX_TOKENS
+            return
+        logits = w.logits(q.row)
+        idx, log_z = rank(logits, m, req.top_n > 0)
+        cands = ()
+        if req.top_n > 0:
+            cands = top_candidates(logits, settings, q.recent, req.top_n, w.piece, idx=idx,
+                                   log_z=log_z)  # fmt: skip
+        if subset_exact(settings, idx.shape[0]):
+            tok = subset.sample(q.chain, logits, idx)
+        else:
+            tok = lib.llama_sampler_sample(q.chain, w.ctx, q.row)
+        t_tok = time.perf_counter()
+        if not req.ignore_eos and lib.llama_vocab_is_eog(w.vocab, tok):
+            q.reason = StopReason.EOG
+            return
+        q.times.append(t_tok)
+        q.tokens.append(tok)
+        q.recent.push(tok)
+        piece = w.piece(tok)
+        delta = q.decoder.decode(piece)
+        q.parts.append(delta)
+        logprob = token_logprob(logits, tok, log_z) if req.top_n > 0 else None
+        self.send(
+            Token(len(q.tokens) - 1, tok, piece, delta, t_tok, logprob, cands, seq=q.seq),
+            flush=index == 0 and q.seq == 0,
+        )
+        if q.pos >= w.n_ctx:
+            q.reason = StopReason.CONTEXT_FULL
+
+    def _decode(self, live: list[Sequence]) -> int:
+        """One llama_decode with the newest token of every reply still going."""
+        w = self.w
+        b = w.batch
+        for i, q in enumerate(live):
+            b.token[i] = q.tokens[-1]
+            b.pos[i] = q.pos
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = q.seq
+            b.logits[i] = True
+            q.row = i
+        b.n_tokens = len(live)
+        code = w.lib.llama_decode(w.ctx, b)
+        if code == 0:
+            for q in live:
+                q.pos += 1
+        return code
