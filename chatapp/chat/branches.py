@@ -119,6 +119,22 @@ class Tree:
         parent.chosen = parent.children[at]
         return parent.chosen
 
+    def places(self) -> list[tuple[int, int]]:
+        """(position from 1, count) among its branches of each turn of the path."""
+        out = []
+        for turn in self.path():
+            siblings = (turn.parent or self.root).children
+            out.append((siblings.index(turn) + 1, len(siblings)))
+        return out
+
+    def next_place(self) -> tuple[int, int] | None:
+        """Where the reply being made will be among its branches, when it is made beside turns
+        set aside (None: it is not)."""
+        if self._set_aside is None or self._set_aside[0].chosen is not None:
+            return None
+        n = len(self._set_aside[0].children) + 1
+        return n, n
+
     def branched(self) -> list[int]:
         """Indexes of the path's turns that have other branches."""
         return [i for i, t in enumerate(self.path()) if len((t.parent or self.root).children) > 1]

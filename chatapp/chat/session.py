@@ -317,6 +317,13 @@ class ChatSession:
         """(which, of how many) branches the conversation's turn `index` is."""
         return self.tree.branch_of(index)
 
+    def branch_places(self) -> list[tuple[int, int]]:
+        """(which, of how many) branches each turn of the conversation is; then, while a reply
+        made beside others streams, its own place."""
+        places = self.tree.places()
+        upcoming = self.tree.next_place() if self.streaming else None
+        return places + [upcoming] if upcoming else places
+
     def switch_branch(self, index: int, step: int) -> bool:
         """Go on from the previous (-1) or next (+1) branch of turn `index` (the turns after it
         become that branch's); False when there is none that way or a reply is streaming."""
