@@ -408,6 +408,8 @@ class ChatApp(ModelHost):
         """Generate the last reply again from `prefix`, in its message (rewind, pick)."""
         await last.item.finish("".join(t.text for t in prefix))
         await self._generate(prefix=prefix, item=last.item)
+        if prefix and self.reply is not None:  # the latest step is the one picked, until the next
+            self.probs.chosen, self.probs.candidates = prefix[-1].id, prefix[-1].candidates
         self.branches.label()
 
     async def action_branch_prev(self) -> None:

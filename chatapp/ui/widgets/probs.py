@@ -163,7 +163,7 @@ class ProbPanel(Widget, can_focus=True):
             out.append("\n")
             self._lines.append(row)
         if self.has_focus:
-            out.append("  ↑/↓ choose · Enter or click: the reply goes on from it", style["hint"])
+            out.append("  ↑/↓ · Enter or click: continue from this token", style["hint"])
         out.rstrip()
         return out
 
