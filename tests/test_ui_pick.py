@@ -148,3 +148,28 @@ async def test_real_model_pick_a_token_and_switch_back(model_path):
         await pilot.press("alt+left")
         await wait_until(pilot, lambda: app.conversation[-1].content == first_text)
         assert app.chat.items()[-1].branch == "branch 1/2"
+
+
+async def test_a_resumed_chat_has_its_branches_back(tmp_path):
+    engine = ScriptedEngine()
+    store = Store(tmp_path / "history.db")
+    app = ChatApp(lambda: engine, settings=SamplerSettings(max_tokens=6))
+    app.history = ChatHistory(store, app._warn)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Hello")
+        await wait_until(pilot, lambda: _done(app, 1, engine))
+        first_text = app.conversation[-1].content
+        app.query_one("#probs", ProbPanel).focus()
+        await pilot.press("down", "enter")
+        await wait_until(pilot, lambda: _done(app, 2, engine))
+        cid = app.history.conversation_id
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        await app.resume(cid)
+        await pilot.pause()
+        items = app.chat.items()
+        assert [i.branch for i in items] == ["", "branch 2/2"]
+        await pilot.press("alt+left")
+        await wait_until(pilot, lambda: app.chat.items()[-1].text == first_text)
+        assert "stop: max" in app.chat.items()[-1].footer  # the stored stats line
+        assert app.last_reply is None, "a stored reply has no tokens to pick from"
