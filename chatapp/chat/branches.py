@@ -34,9 +34,11 @@ class Turn:
 
     def subtree(self) -> Iterator[Turn]:
         """This turn and every turn that follows it, on any branch."""
-        yield self
-        for child in self.children:
-            yield from child.subtree()
+        todo = [self]
+        while todo:  # (not recursive: a long chat is a deep tree)
+            turn = todo.pop()
+            yield turn
+            todo.extend(turn.children)
 
 
 class Tree:

@@ -391,16 +391,17 @@ class ChatApp(ModelHost):
         if self.reply is not None:
             self.notify("A reply is still streaming: press Esc to stop it first.")
             return
+        if last is None:
+            self.notify("Pick a token of a reply made in this session.")
+            return
         step = message.step
         if step is None:  # (the latest step shown: the reply's last token)
-            step = len(last.tokens) - 1 if last is not None else -1
+            step = len(last.tokens) - 1
         try:
             prefix = self.session.pick(step, message.candidate)
         except PickError as exc:
             self.notify(str(exc))
             return
-        if last is None:  # (the session had the tokens, the screen did not: a new message)
-            last = Reply(0, await self.chat.add("assistant"), 0.0)
         await self._restart(last, prefix)
         self.set_status(f"picked {message.candidate.text!r} at step {step}: generating…")
 
