@@ -1,6 +1,7 @@
 """Render SVG screenshots of the real app on the bundled model into screenshots/.
 
 Run: python screenshots/make_screenshots.py   (takes about half a minute on 2 cores)
+Only some: python screenshots/make_screenshots.py pick thinking   (main, pick, thinking)
 """
 
 from __future__ import annotations
@@ -108,5 +109,46 @@ async def thinking_shot() -> None:
         app.save_screenshot(str(OUT / "thinking.svg"))
 
 
+async def pick_shot() -> None:
+    """A token picked in the Next-token panel: the reply goes on from it as branch 2/2."""
+    options = LoadOptions(model_path=str(smollm2_path()), n_ctx=2048, n_gpu_layers=0)
+    app = ChatApp(
+        lambda: LocalEngine(options),
+        settings=SamplerSettings(temperature=0.0, max_tokens=60),
+        model_label="SmolLM2-135M-Instruct.Q4_1.gguf",
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#prompt").cursor_blink = False
+        await wait_until(pilot, lambda: app.engine is not None)
+        app.query_one("#prompt").text = "Describe the sea at night in two sentences."
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        step = most_uncertain_step(app.last_reply.tokens[:20])
+        app.query_one("#reply-tokens", TokenStrip).cursor = step
+        await pilot.pause(0.2)
+        app.query_one("#probs").focus()
+        await pilot.press("down", "enter")  # the runner-up at the least sure step
+        await wait_until(pilot, lambda: app.reply is not None)
+        await wait_until(pilot, lambda: app.reply is None)
+        app.query_one("#reply-tokens", TokenStrip).cursor = step
+        app.query_one("#probs").focus()
+        app.clear_notifications()
+        await pilot.pause(0.3)
+        app.save_screenshot(str(OUT / "pick-token.svg"))
+
+
+SHOTS = {"main": main, "pick": pick_shot, "thinking": thinking_shot}
+
+
+async def run(names: list[str]) -> None:
+    for name in names or ["main", "pick"]:  # (main makes the thinking shot too)
+        await SHOTS[name]()
+
+
 if __name__ == "__main__":
-    asyncio.run(main())
+    unknown = set(sys.argv[1:]) - set(SHOTS)
+    if unknown:
+        sys.exit(
+            f"unknown screenshots: {', '.join(sorted(unknown))} (choose from {', '.join(SHOTS)})"
+        )
+    asyncio.run(run(sys.argv[1:]))

@@ -116,3 +116,19 @@ def test_a_thinking_models_reply_with_its_reasoning_folded(snap_compare, monkeyp
         lambda draft, reply: f"Thinking · {draft.thinking_tokens} tokens",
     )
     assert snap_compare(app, terminal_size=SIZE, run_before=_after_reply)
+
+
+def test_a_picked_token_makes_a_second_branch(snap_compare):
+    async def run_before(pilot) -> None:
+        await _after_reply(pilot)
+        app: ChatApp = pilot.app
+        app.query_one("#probs").focus()
+        await pilot.press("down", "down", "enter")
+        while len(app.session.branch_points()) != 1 or app.reply is not None:
+            await pilot.pause(0.02)
+        app.stats_panel.stats = PINNED
+        app.stats_panel.speeds = tuple(80.0 + (i * 7) % 30 for i in range(36))
+        app.clear_notifications()
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)

@@ -25,7 +25,6 @@ class ChatHistory:
         self._last_save = 0.0
         self._fingerprint: ModelFingerprint | None = None
         self._failed = False
-        self.rows: list[int | None] = []  # message ids, in the order of app.conversation
 
     @classmethod
     def open(cls, warn: Callable[[str], None]) -> ChatHistory:
@@ -60,15 +59,16 @@ class ChatHistory:
     def new_conversation(self) -> None:
         self.conversation_id = None
         self.reply_id = None
-        self.rows = []
 
-    def resume(self, conversation_id: int, rows: list[int]) -> None:
+    def resume(self, conversation_id: int) -> None:
         self.conversation_id = conversation_id
         self.reply_id = None
-        self.rows = list(rows)
 
-    def save_user(self, text: str, system_prompt: str, settings: SamplerSettings) -> None:
-        """Save a user turn (before its reply is generated), creating the conversation."""
+    def save_user(
+        self, text: str, system_prompt: str, settings: SamplerSettings, parent: int | None = None
+    ) -> int | None:
+        """Save a user turn (before its reply is generated), creating the conversation; it
+        follows message `parent` (None: the last one). Returns its id (None: not saved)."""
         if self.conversation_id is None:
             path = self._fingerprint.path if self._fingerprint else ""
             self.conversation_id = self._do(
@@ -79,16 +79,21 @@ class ChatHistory:
         row = None
         if self.conversation_id is not None:
             cid = self.conversation_id
-            row = self._do(lambda: self.store.add_message(cid, "user", text))
-        self.rows.append(row)
+            row = self._do(lambda: self.store.add_message(cid, "user", text, parent_id=parent))
+        return row
 
-    def begin_reply(self, settings: SamplerSettings) -> None:
+    def begin_reply(self, settings: SamplerSettings, parent: int | None = None) -> None:
+        """Open the reply's row; it follows message `parent` (None: the last one), beside the
+        replies that already follow it (branches)."""
         self.reply_id = None
         if self.conversation_id is not None:
             self.reply_id = self._do(
                 lambda: self.store.begin_reply(
-                    self.conversation_id, model=self._fingerprint, sampler=settings
-                )
+                    self.conversation_id,
+                    model=self._fingerprint,
+                    sampler=settings,
+                    parent_id=parent,
+                )  # fmt: skip
             )
         self._last_save = time.monotonic()
 
@@ -105,11 +110,10 @@ class ChatHistory:
         event: Finished | None,
         settings: SamplerSettings,
         error: str | None = None,
-        kept: bool = True,
-    ) -> None:
-        """Store the end of a reply; `kept` says whether it stays in the conversation."""
+    ) -> int | None:
+        """Store the end of a reply; returns its id (None: not saved)."""
         if self.reply_id is None:
-            return
+            return None
         if error is not None:
             status = MessageStatus.ERROR
         elif event is not None and event.reason == "cancelled":
@@ -117,8 +121,6 @@ class ChatHistory:
         else:
             status = MessageStatus.COMPLETE
         reply_id = self.reply_id
-        if kept:
-            self.rows.append(reply_id)
         self._do(
             lambda: self.store.finish_reply(
                 reply_id,
@@ -131,13 +133,18 @@ class ChatHistory:
             )
         )
         self.reply_id = None
+        return reply_id
 
-    def drop_from(self, index: int) -> None:
-        """Messages from `index` of the conversation on were replaced (regenerate, edit, rewind)."""
-        dropped = [r for r in self.rows[index:] if r is not None]
-        del self.rows[index:]
+    def delete(self, rows: list[int | None]) -> None:
+        """Messages taken out of the conversation (edit, continue)."""
+        dropped = [r for r in rows if r is not None]
         if dropped:
             self._do(lambda: self.store.delete_messages(dropped))
+
+    def choose(self, row: int | None) -> None:
+        """The conversation goes on with this message's branch."""
+        if row is not None:
+            self._do(lambda: self.store.choose_branch(row))
 
     def update_meta(self, system_prompt: str) -> None:
         if self.conversation_id is not None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import codecs
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from chatapp.chat.branches import Tree, Turn
 from chatapp.chat.context import fit_messages
 from chatapp.chat.recorder import ChatHistory
 from chatapp.chat.thinking import Split, ThinkingSplitter, opens_thinking, split_reply
 from chatapp.engine.protocol import (
+    Candidate,
     ChatMessage,
     Engine,
     EngineError,
@@ -20,8 +24,13 @@ from chatapp.engine.protocol import (
     PromptEvaluated,
     Token,
 )
+from chatapp.errors import ChatappError
 from chatapp.history.records import Conversation, Message, StoreError
 from chatapp.sampling import SamplerSettings
+
+
+class PickError(ChatappError):
+    """A token cannot be picked there (no reply with tokens, a step out of range, streaming)."""
 
 
 @dataclass
@@ -72,10 +81,14 @@ class ChatSession:
     """The conversation (what the model sees) and its history rows, driven by the TUI and by
     `chatapp ask` alike. Front ends map its results to the screen or to stdout.
 
-    The reply's life: `add_user` (or nothing, for regenerate / continue / rewind), `prepare`
-    (fits the context, opens the reply's row), then the engine's events (`took` for tokens,
-    `finished` or `failed` at the end). `send` runs all of it for a caller without a loop of
-    its own.
+    The reply's life: `add_user` (or nothing, for regenerate / continue / rewind / pick),
+    `prepare` (fits the context, opens the reply's row), then the engine's events (`took` for
+    tokens, `finished` or `failed` at the end). `send` runs all of it for a caller without a
+    loop of its own.
+
+    The conversation is a tree (`tree`): a reply made again (regenerate, rewind, a picked
+    token) is a branch beside the earlier ones, and `switch_branch` chooses the one the
+    conversation goes on with; `conversation` is the chosen path.
     """
 
     def __init__(
@@ -95,7 +108,7 @@ class ChatSession:
         self.speculation = ""  # draft tokens from "ngram", the draft "model", or "" (none)
         self.engine: Engine | None = None
         self.info: ModelInfo | None = None
-        self.conversation: list[ChatMessage] = []
+        self.tree = Tree()
         self.draft: ReplyDraft | None = None
         self.last_split: Split | None = None  # the last finished reply: reasoning and answer
 
@@ -140,6 +153,15 @@ class ChatSession:
 
     # ---- turns --------------------------------------------------------------------------
 
+    @property
+    def conversation(self) -> list[ChatMessage]:
+        """What the model is shown of the conversation: the turns of the chosen branches."""
+        return [t.message for t in self.tree.path()]
+
+    @conversation.setter
+    def conversation(self, messages: list[ChatMessage]) -> None:
+        self.tree = Tree.linear(list(messages))
+
     def messages(self) -> list[ChatMessage]:
         """What the model is shown: the system prompt, then the conversation."""
         head = [ChatMessage("system", self.system_prompt)] if self.system_prompt else []
@@ -162,14 +184,14 @@ class ChatSession:
             return messages, 0
 
     def add_user(self, text: str) -> None:
-        self.conversation.append(ChatMessage("user", text))
-        self.history.save_user(text, self.system_prompt, self.settings)
+        row = self.history.save_user(text, self.system_prompt, self.settings, self.tree.last.row)
+        self.tree.add(Turn(ChatMessage("user", text), text, row))
 
     def prepare(self, prefix: Sequence[Token] = ()) -> Prepared:
         """The request for the next reply (continuing `prefix`, if given); opens its row."""
         kept, dropped = self.fitted()
         self.draft = ReplyDraft(list(prefix))
-        self.history.begin_reply(self.settings)
+        self.history.begin_reply(self.settings, self.tree.last.row)
         request = GenerateRequest(
             messages=tuple(kept),
             settings=self.settings,
@@ -202,8 +224,9 @@ class ChatSession:
         the whole text. Returns the reply cut into reasoning and answer."""
         split = split_reply(event.text, inside=self.draft is not None and self.draft.starts_inside)
         answer = split.answer if (split.thinking or split.closed) else event.text
-        self.conversation.append(ChatMessage("assistant", answer))
-        self.history.finish(event.text, event, self.settings)
+        row = self.history.finish(event.text, event, self.settings)
+        tokens = tuple(self.draft.tokens) if self.draft is not None else ()
+        self.tree.add(Turn(ChatMessage("assistant", answer), event.text, row, tokens))
         self.draft = None
         self.last_split = split
         return split
@@ -211,9 +234,13 @@ class ChatSession:
     def failed(self, message: str) -> str:
         """The reply failed: what it wrote so far stays (and is returned)."""
         text = self.draft.text if self.draft else ""
+        tokens = tuple(self.draft.tokens) if self.draft else ()
+        row = self.history.finish(text, None, self.settings, error=message)
         if text:
-            self.conversation.append(ChatMessage("assistant", text))
-        self.history.finish(text, None, self.settings, error=message, kept=bool(text))
+            self.tree.add(Turn(ChatMessage("assistant", text), text, row, tokens))
+        else:  # nothing written: the reply it was to replace (if any) is the chosen one again
+            self.tree.restore()
+            self.history.choose(self.tree.last.row if self.tree.last.role == "assistant" else None)
         self.draft = None
         return text
 
@@ -246,25 +273,82 @@ class ChatSession:
     # ---- editing the conversation -------------------------------------------------------
 
     def drop_last_reply(self) -> bool:
-        """Take the last reply out (regenerate, continue, rewind); False if there is none."""
-        if not self.conversation or self.conversation[-1].role != "assistant":
+        """Take the last reply out for good (continue replaces it with its longer self);
+        False if there is none."""
+        path = self.tree.path()
+        if not path or path[-1].role != "assistant":
             return False
-        self.conversation.pop()
-        self.history.drop_from(len(self.conversation))
+        self.history.delete([t.row for t in self.tree.cut(len(path) - 1)])
+        return True
+
+    def set_aside_last_reply(self) -> bool:
+        """Take the last reply out of the conversation but keep it as a branch: the next reply
+        (regenerate, rewind, pick) is made beside it. False if there is none."""
+        if self.tree.last.role != "assistant":
+            return False
+        return self.tree.set_aside() is not None
+
+    def pick(self, step: int, candidate: Candidate) -> list[Token]:
+        """Pick the next token yourself: the last reply is set aside as a branch, and the new
+        one starts with its first `step` tokens and then `candidate` (one of that step's). Returns
+        the prefix to `prepare` with (the engine reuses the KV cache up to the picked token)."""
+        last = self.tree.last
+        if self.streaming:
+            raise PickError("a reply is streaming: stop it first (Esc)")
+        if last.role != "assistant" or not last.tokens:
+            raise PickError("pick a token in a reply made in this session")
+        if not 0 <= step < len(last.tokens):
+            raise PickError(f"the reply has no step {step} (it has {len(last.tokens)} tokens)")
+        kept = list(last.tokens[:step])
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        for tok in kept:  # (a character split across tokens: the picked piece completes it)
+            decoder.decode(tok.piece)
+        old = last.tokens[step]
+        picked = Token(
+            step, candidate.id, candidate.piece, decoder.decode(candidate.piece), old.t,
+            math.log(candidate.p) if candidate.p > 0 else None, old.candidates,
+        )  # fmt: skip
+        self.set_aside_last_reply()
+        return [*kept, picked]
+
+    def branch_points(self) -> list[int]:
+        """Indexes in the conversation of the turns that have other branches."""
+        return self.tree.branched()
+
+    def branch_of(self, index: int) -> tuple[int, int]:
+        """(which, of how many) branches the conversation's turn `index` is."""
+        return self.tree.branch_of(index)
+
+    def branch_places(self) -> list[tuple[int, int]]:
+        """(which, of how many) branches each turn of the conversation is; then, while a reply
+        made beside others streams, its own place."""
+        places = self.tree.places()
+        upcoming = self.tree.next_place() if self.streaming else None
+        return places + [upcoming] if upcoming else places
+
+    def switch_branch(self, index: int, step: int) -> bool:
+        """Go on from the previous (-1) or next (+1) branch of turn `index` (the turns after it
+        become that branch's); False when there is none that way or a reply is streaming."""
+        if self.streaming:
+            return False
+        turn = self.tree.switch(index, step)
+        if turn is None:
+            return False
+        self.history.choose(turn.row)
         return True
 
     def take_last_user(self) -> str | None:
         """Take the last user turn and everything after it out, returning its text (edit)."""
-        idx = max((i for i, m in enumerate(self.conversation) if m.role == "user"), default=None)
+        path = self.tree.path()
+        idx = max((i for i, t in enumerate(path) if t.role == "user"), default=None)
         if idx is None:
             return None
-        text = self.conversation[idx].content
-        del self.conversation[idx:]
-        self.history.drop_from(idx)
+        text = path[idx].message.content
+        self.history.delete([t.row for t in self.tree.cut(idx)])
         return text
 
     def new_chat(self) -> None:
-        self.conversation.clear()
+        self.tree = Tree()
         self.history.new_conversation()
 
     def set_system_prompt(self, text: str) -> None:
@@ -278,10 +362,11 @@ class ChatSession:
         if store is None:
             raise StoreError("history is not available in this session")
         conv = store.get_conversation(conversation_id)
-        kept = [m for m in store.messages(conversation_id) if m.role != "system"]
+        records = store.all_messages(conversation_id)
+        shown = {m.id: ChatMessage(m.role, m.text) for m in records if m.role != "system"}
+        self.tree = Tree.from_records(records, shown)
         self.system_prompt = conv.system_prompt
         if conv.sampler is not None:
             self.settings = conv.sampler
-        self.conversation = [ChatMessage(m.role, m.text) for m in kept]
-        self.history.resume(conversation_id, [m.id for m in kept])
-        return conv, kept
+        self.history.resume(conversation_id)
+        return conv, [t.record for t in self.tree.path() if t.record is not None]

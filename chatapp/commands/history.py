@@ -78,18 +78,30 @@ def history_show(conversation_id: int) -> int:
     """Print one conversation as plain text, with a stats line under each reply."""
     conversation, messages = _get(conversation_id)
     print(f"#{conversation.id} {conversation.title}")
-    print(f"created {_when(conversation.created)}, {len(messages)} messages")
+    others = _others(conversation, messages)
+    print(f"created {_when(conversation.created)}, {len(messages)} messages{others}")
     if conversation.system_prompt:
         print(f"\nsystem: {conversation.system_prompt}")
     for m in messages:
         mark = "" if m.status is MessageStatus.COMPLETE else f" [{m.status.value}]"
-        print(f"\n{m.role}{mark}:")
+        print(f"\n{m.role}{mark}{_branch(m)}:")
         print("\n".join("  " + line for line in (m.text or "").splitlines()) or "  (empty)")
         if m.role == "assistant":
             facts = _stats_facts(m)
             if facts:
                 print("  (" + " · ".join(facts) + ")")
     return 0
+
+
+def _others(conversation: Conversation, messages: list[Message]) -> str:
+    """How many stored messages are on other branches than the one shown."""
+    others = conversation.message_count - len(messages)
+    return f" (and {others} on other branches)" if others > 0 else ""
+
+
+def _branch(m: Message) -> str:
+    """Which branch a message is, when it has others (the chosen one is shown)."""
+    return f" (branch {m.branch} of {m.branches})" if m.branches > 1 else ""
 
 
 def _stats_facts(m: Message) -> list[str]:
@@ -110,13 +122,16 @@ def _stats_facts(m: Message) -> list[str]:
 
 def _markdown(conversation: Conversation, messages: list[Message]) -> str:
     out = [f"# {conversation.title}", "", f"- created: {_when(conversation.created)}"]
+    others = conversation.message_count - len(messages)
+    if others > 0:
+        out.append(f"- {others} more messages on other branches (the chosen ones are shown)")
     if conversation.model_path:
         out.append(f"- model: `{conversation.model_path}`")
     if conversation.system_prompt:
         out += ["", "## System", "", conversation.system_prompt]
     for m in messages:
         status = "" if m.status is MessageStatus.COMPLETE else f" ({m.status.value})"
-        out += ["", f"## {m.role.capitalize()}{status}", ""]
+        out += ["", f"## {m.role.capitalize()}{status}{_branch(m)}", ""]
         split = split_reply(m.text or "") if m.role == "assistant" else None
         if split and split.thinking:  # a thinking model: its reasoning folded, then the answer
             out += ["<details><summary>Thinking</summary>", "", split.thinking.strip(), "",
@@ -151,13 +166,15 @@ def _markdown_footer(m: Message) -> list[str]:
 
 
 def export_data(conversation: Conversation, messages: list[Message]) -> dict[str, Any]:
-    """Everything about a conversation as JSON-able data (the `--format json` export)."""
+    """Everything about a conversation as JSON-able data (the `--format json` export): the
+    messages of the chosen branches, each saying which branch it is of how many."""
     return {
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,
         "schema": SCHEMA_VERSION,
         "conversation": conversation.to_dict(),
         "messages": [_message_data(m) for m in messages],
+        "messages_on_other_branches": conversation.message_count - len(messages),
     }
 
 

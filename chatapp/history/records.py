@@ -99,6 +99,14 @@ class Message:
     """GenerationStats.to_dict() of the reply (all timings)."""
     stop_reason: str | None = None
     error: str | None = None
+    parent_id: int | None = None
+    """The message this one follows (None: the first); messages with one parent are branches."""
+    chosen: bool = True
+    """The branch the conversation goes on with, among the messages with the same parent."""
+    branch: int = 1
+    """Which of its branches this is, from 1 in the order they were made (Store.messages)."""
+    branches: int = 1
+    """How many branches there are at this message (itself included)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data."""
@@ -146,7 +154,8 @@ def conversation_from_row(row: sqlite3.Row) -> Conversation:
 
 
 def message_from_row(row: sqlite3.Row) -> Message:
-    """A Message from a messages row."""
+    """A Message from a messages row (with branch and branches columns, if it has them)."""
+    keys = row.keys()
     model = None
     if row["model_path"] is not None:
         model = ModelFingerprint(
@@ -174,6 +183,10 @@ def message_from_row(row: sqlite3.Row) -> Message:
         stats=json.loads(row["stats"]) if row["stats"] else None,
         stop_reason=row["stop_reason"],
         error=row["error"],
+        parent_id=row["parent_id"],
+        chosen=bool(row["chosen"]),
+        branch=row["branch"] if "branch" in keys else 1,
+        branches=row["branches"] if "branches" in keys else 1,
     )
 
 

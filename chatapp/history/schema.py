@@ -47,6 +47,16 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "CREATE INDEX messages_streaming ON messages(status) WHERE status = 'streaming'",
         "CREATE INDEX conversations_updated ON conversations(updated)",
     ),
+    (  # 2: branches: each message follows a parent; siblings are branches, one of them chosen
+        "ALTER TABLE messages ADD COLUMN parent_id INTEGER "
+        "REFERENCES messages(id) ON DELETE CASCADE",
+        "ALTER TABLE messages ADD COLUMN chosen INTEGER NOT NULL DEFAULT 1",
+        # until now a conversation was a line: each message follows the one before it
+        """UPDATE messages SET parent_id = (
+            SELECT p.id FROM messages p WHERE p.conversation_id = messages.conversation_id
+            AND p.seq < messages.seq ORDER BY p.seq DESC LIMIT 1)""",
+        "CREATE INDEX messages_parent ON messages(parent_id)",
+    ),
 ]
 """MIGRATIONS[n] takes a database from schema n to n + 1 (one statement per item)."""
 

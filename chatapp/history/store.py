@@ -13,6 +13,7 @@ from typing import Any
 
 from chatapp import paths
 from chatapp.engine.protocol import ChatMessage
+from chatapp.history import branches
 from chatapp.history.records import (
     Conversation,
     Message,
@@ -330,8 +331,13 @@ class Store:
         status: MessageStatus | str = MessageStatus.COMPLETE,
         model: ModelFingerprint | None = None,
         sampler: SamplerSettings | None = None,
+        parent_id: int | None = None,
     ) -> int:
-        """Append a message (save the user turn before generating); returns its id."""
+        """Append a message (save the user turn before generating); returns its id.
+
+        It follows `parent_id`, or (None) the last message of the chosen path; a message that
+        already has followers gets a new branch, and the new message is the chosen one.
+        """
         if role not in ("system", "user", "assistant"):
             raise StoreError(f"role must be system, user or assistant, got {role!r}")
         status = MessageStatus(status)
@@ -343,16 +349,22 @@ class Store:
             )
             if cur.rowcount == 0:
                 raise StoreError(f"no conversation with id {conversation_id}")
+            if parent_id is None:
+                parent_id = branches.last_of_path(conn, conversation_id)
+            elif not branches.parent_in(conn, conversation_id, parent_id):
+                raise StoreError(f"conversation {conversation_id} has no message {parent_id}")
             cur = conn.execute(
                 "INSERT INTO messages (conversation_id, seq, role, text, created, updated, "
-                "status, writer_pid, model_path, model_size, model_quant, model_sha256, sampler) "
-                "VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages "
-                "WHERE conversation_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "status, writer_pid, model_path, model_size, model_quant, model_sha256, sampler, "
+                "parent_id) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages "
+                "WHERE conversation_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, conversation_id, role, text, now, now, status.value, pid)
                 + model_columns(model)
-                + (dumps_sampler(sampler),),
+                + (dumps_sampler(sampler), parent_id),
             )
-            return int(cur.lastrowid or 0)
+            message_id = int(cur.lastrowid or 0)
+            branches.choose(conn, message_id)
+            return message_id
 
     def begin_reply(
         self,
@@ -360,8 +372,11 @@ class Store:
         *,
         model: ModelFingerprint | None = None,
         sampler: SamplerSettings | None = None,
+        parent_id: int | None = None,
     ) -> int:
-        """Create the assistant row with status 'streaming' (before the first token)."""
+        """Create the assistant row with status 'streaming' (before the first token); it
+        follows `parent_id` (a new branch if that message has a reply already), or the last
+        message of the chosen path."""
         return self.add_message(
             conversation_id,
             "assistant",
@@ -369,7 +384,14 @@ class Store:
             status=MessageStatus.STREAMING,
             model=model,
             sampler=sampler,
+            parent_id=parent_id,
         )
+
+    def choose_branch(self, message_id: int) -> None:
+        """Go on with this message's branch: the path through its siblings passes here."""
+        with self._write("switch branches") as conn:
+            if not branches.choose(conn, message_id):
+                raise StoreError(f"no message with id {message_id} (was it deleted?)")
 
     def update_reply(self, message_id: int, text: str) -> None:
         """Save the reply so far (one small UPDATE; call it about once a second)."""
@@ -444,7 +466,16 @@ class Store:
         return len(dead)
 
     def messages(self, conversation_id: int) -> list[Message]:
-        """All messages of a conversation in order; StoreError when it does not exist."""
+        """The conversation in order, along its chosen branches (each message says which
+        branch it is and how many there are); StoreError when it does not exist."""
+        self.get_conversation(conversation_id)
+        with self._read("read messages") as conn:
+            rows = conn.execute(branches.PATH_MESSAGES, {"cid": conversation_id}).fetchall()
+        return [message_from_row(r) for r in rows]
+
+    def all_messages(self, conversation_id: int) -> list[Message]:
+        """Every message of a conversation, all branches, in the order they were made (each
+        with its parent_id and chosen flag); StoreError when it does not exist."""
         self.get_conversation(conversation_id)
         with self._read("read messages") as conn:
             rows = conn.execute(

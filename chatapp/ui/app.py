@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterable
+from functools import cached_property
 from pathlib import Path
 
 from textual import on, work
 
 from chatapp.chat.recorder import ChatHistory
-from chatapp.chat.session import ChatSession
+from chatapp.chat.session import ChatSession, PickError
 from chatapp.config import Config
 from chatapp.engine.protocol import (
     ChatMessage,
@@ -22,6 +23,7 @@ from chatapp.engine.protocol import (
 )
 from chatapp.history.store import StoreError
 from chatapp.sampling import SamplerSettings
+from chatapp.ui.branch_view import BranchView, show_tokens
 from chatapp.ui.messages import (
     NoticeShown,
     PrefillProgressed,
@@ -41,6 +43,7 @@ from chatapp.ui.screens.system_prompt import SystemPromptScreen
 from chatapp.ui.shell import settle_gc
 from chatapp.ui.streaming import stream_reply
 from chatapp.ui.widgets.chat import MessageView
+from chatapp.ui.widgets.probs import ProbPanel
 from chatapp.ui.widgets.sampler import SamplerPanel
 from chatapp.ui.widgets.tokens import TokenStrip
 
@@ -124,6 +127,11 @@ class ChatApp(ModelHost):
     @ignore_eos.setter
     def ignore_eos(self, value: bool) -> None:
         self.session.ignore_eos = value
+
+    @cached_property
+    def branches(self) -> BranchView:
+        """The messages' branch labels, and the chat pane when the branch is switched."""
+        return BranchView(self.session, self.chat)
 
     # ---- start ----------------------------------------------------------------------------
 
@@ -292,6 +300,7 @@ class ChatApp(ModelHost):
             )
         else:
             await reply.item.finish(ev.text, footer_for(ev, reply, self.info))
+        self.branches.finished(reply.item.footer)
         self.stats_panel.stats = self.stats_panel.stats.but(
             state="ready",
             stop_reason=str(ev.reason),
@@ -318,6 +327,7 @@ class ChatApp(ModelHost):
             note += "\n\nlast log lines:\n" + message.log_tail
         await reply.item.finish(text, note)
         reply.item.add_class("error")
+        self.branches.label()
         self.stats_panel.stats = self.stats_panel.stats.but(state="error", stop_reason="error")
         self.set_status(f"error: {message.message}", error=True)
         if message.crashed:
@@ -356,13 +366,15 @@ class ChatApp(ModelHost):
             self.session.kill()  # the generation thread then reports the worker as crashed
 
     async def action_regenerate(self) -> None:
+        """A new reply to the last turn; the old one stays as a branch (alt+left/right)."""
         if self.reply is not None or not self.conversation:
             return
-        if self.session.drop_last_reply():
+        if self.session.set_aside_last_reply():
             items = self.chat.items()
             if items and items[-1].role == "assistant":
                 await items[-1].remove()
         await self._generate()
+        self.branches.label()
 
     async def action_edit_last(self) -> None:
         if self.reply is not None:
@@ -388,16 +400,62 @@ class ChatApp(ModelHost):
         await self._generate(prefix=list(last.tokens), item=last.item)
 
     async def action_rewind(self) -> None:
-        """Cut the last reply at the selected token and sample again from there."""
+        """Cut the last reply at the selected token and sample again from there (the old
+        reply stays as a branch)."""
         last = self.last_reply
         cursor = self.token_panel.strip.cursor
         if self.reply is not None or last is None or cursor is None or self.token_panel.show_prompt:
             self.notify("Select a token of the last reply in the Tokens tab first.")
             return
-        self.session.drop_last_reply()
-        keep = list(last.tokens[:cursor])
-        await last.item.finish("".join(t.text for t in keep))
-        await self._generate(prefix=keep, item=last.item)
+        self.session.set_aside_last_reply()
+        await self._restart(last, list(last.tokens[:cursor]))
+
+    async def on_prob_panel_picked(self, message: ProbPanel.Picked) -> None:
+        """A candidate picked in the Next-token panel: the last reply goes on from it (cut
+        after the tokens before that step); the reply it replaces stays as a branch."""
+        last = self.last_reply
+        if self.reply is not None:
+            self.notify("A reply is still streaming: press Esc to stop it first.")
+            return
+        if last is None:
+            self.notify("Pick a token of a reply made in this session.")
+            return
+        step = message.step
+        if step is None:  # (the latest step shown: the reply's last token)
+            step = len(last.tokens) - 1
+        try:
+            prefix = self.session.pick(step, message.candidate)
+        except PickError as exc:
+            self.notify(str(exc))
+            return
+        await self._restart(last, prefix)
+        self.set_status(f"picked {message.candidate.text!r} at step {step}: generating…")
+
+    async def _restart(self, last: Reply, prefix: list[Token]) -> None:
+        """Generate the last reply again from `prefix`, in its message (rewind, pick)."""
+        await last.item.finish("".join(t.text for t in prefix))
+        await self._generate(prefix=prefix, item=last.item)
+        if prefix and self.reply is not None:  # the latest step is the one picked, until the next
+            self.probs.chosen, self.probs.candidates = prefix[-1].id, prefix[-1].candidates
+        self.branches.label()
+
+    async def action_branch_prev(self) -> None:
+        await self._switch_branch(-1)
+
+    async def action_branch_next(self) -> None:
+        await self._switch_branch(+1)
+
+    async def _switch_branch(self, step: int) -> None:
+        """Show the previous or next branch of the newest message that has branches; the
+        conversation goes on from it."""
+        if self.reply is not None:
+            self.notify("A reply is still streaming: press Esc to stop it first.")
+            return
+        switched, last, status = await self.branches.switch_newest(step)
+        if switched:
+            self.last_reply = last
+            show_tokens(self.token_panel, self.probs, last.tokens if last is not None else [])
+        self.set_status(status)
 
     def action_toggle_thinking(self) -> None:
         """Thinking models: the template's reasoning switch, on or off from the next reply."""
@@ -423,6 +481,7 @@ class ChatApp(ModelHost):
             return
         self.session.new_chat()
         self.last_reply = None
+        self.branches.footers.clear()
         await self.chat.clear()
         self.token_panel.reset_reply()
         self.probs.candidates = ()
@@ -466,6 +525,7 @@ class ChatApp(ModelHost):
             self.sampler.settings = conv.sampler
             self.sampler.sync_sliders()
         await self.chat.add_items([MessageView(m.role, m.text, stored_footer(m)) for m in kept])
+        self.branches.label()
         self.set_status(f"resumed: {conv.title} ({len(kept)} messages)")
         loaded = self.info.path if self.info else None
         if conv.model_path and self.options and conv.model_path != loaded:

@@ -35,6 +35,22 @@ class ChatShell(App):
         Binding("ctrl+e", "edit_last", "Edit last", id="chat.edit_last", priority=True),
         Binding("ctrl+o", "continue_reply", "Continue", id="chat.continue", priority=True),
         Binding("ctrl+w", "rewind", "Rewind here", id="chat.rewind", priority=True),
+        Binding(
+            "alt+left",
+            "branch_prev",
+            "Previous branch",
+            show=False,
+            id="chat.branch_prev",
+            priority=True,
+        ),
+        Binding(
+            "alt+right",
+            "branch_next",
+            "Next branch",
+            show=False,
+            id="chat.branch_next",
+            priority=True,
+        ),
         Binding("ctrl+n", "new_chat", "New chat", id="chat.new", priority=True),
         Binding("f1", "help", "Help", id="app.help", priority=True),
         Binding("f2", "system_prompt", "System", id="chat.system_prompt", priority=True),
@@ -205,6 +221,8 @@ class ChatShell(App):
             rows.append((b.key, b.description, b.id or ""))
         rows += [
             ("←/→ (Tokens tab)", "Move the token cursor", "tokens.left/right"),
+            ("↑/↓ (Next token tab)", "Move over the candidates", "probs.up/down"),
+            ("enter / click (Next token tab)", "Pick it: the reply goes on from it", "probs.pick"),
             ("←/→ (slider)", "Change a sampler value; shift = ×10", "slider.less/more"),
             ("ctrl+p", "Command palette", "app.command_palette"),
             ("ctrl+q", "Quit", "app.quit"),

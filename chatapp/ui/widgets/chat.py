@@ -72,6 +72,7 @@ class MessageView(Vertical):
                 text, self.thinking = split.answer, split.thinking
         self.text = text
         self._footer = footer
+        self.branch = ""  # e.g. "branch 2/3": the message has other branches
         self._stream = None
         self._painted_look: tuple = ()
 
@@ -139,6 +140,8 @@ class MessageView(Vertical):
         )
         self._painted_look = look = self._look()
         role = Text(label, style=look[0])
+        if self.branch:
+            role.append(f"  ‹ {self.branch} ›  alt+←/→", style=look[1])
         heads = self.query(".role-line")
         if heads:  # a thinking reply: role, folded reasoning, then the answer
             heads.first(Static).update(role)
@@ -212,6 +215,13 @@ class MessageView(Vertical):
     def set_footer(self, footer: str) -> None:
         self._footer = footer
         self._paint()
+
+    def set_branch(self, branch: str) -> None:
+        """Say which branch the message is (e.g. "branch 2/3"; "" when it has no others)."""
+        if branch != self.branch:
+            self.branch = branch
+            if self.is_mounted:
+                self._paint()
 
 
 class ChatView(VerticalScroll):

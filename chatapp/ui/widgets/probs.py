@@ -1,8 +1,13 @@
-"""Next-token probabilities: raw vs after the samplers, with the top-k/top-p/min-p cut lines."""
+"""Next-token probabilities: raw vs after the samplers, cut lines, and a cursor to pick one."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.text import Text
+from textual import events
+from textual.binding import Binding
+from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
 
@@ -21,8 +26,10 @@ def bar(p: float, width: int = BAR) -> str:
     return ("█" * full + (" ▏▎▍▌▋▊▉"[rest] if rest else "")).ljust(width)
 
 
-class ProbPanel(Widget):
-    """Candidates of one step of the reply: the latest, or the one picked in the token panel."""
+class ProbPanel(Widget, can_focus=True):
+    """Candidates of one step of the reply: the latest, or the one picked in the token panel.
+    Focused, a cursor moves over the candidates; Enter (or a click) picks one: the reply goes
+    on from that token."""
 
     COMPONENT_CLASSES = {
         "probpanel--raw",
@@ -30,6 +37,8 @@ class ProbPanel(Widget):
         "probpanel--cut",
         "probpanel--chosen",
         "probpanel--dropped",
+        "probpanel--cursor",
+        "probpanel--hint",
     }
     DEFAULT_CSS = """
     ProbPanel { height: 15; padding: 0 1; }
@@ -38,7 +47,27 @@ class ProbPanel(Widget):
     ProbPanel > .probpanel--cut { color: $prob-cut; text-style: bold; }
     ProbPanel > .probpanel--chosen { color: $accent; text-style: bold; }
     ProbPanel > .probpanel--dropped { color: $text-disabled; }
+    ProbPanel > .probpanel--cursor { background: $accent 30%; }
+    ProbPanel > .probpanel--hint { color: $text-muted; }
+    ProbPanel:focus { background: $boost; }
     """
+    BINDINGS = [
+        Binding("up", "move(-1)", "Previous candidate", show=False, id="probs.up"),
+        Binding("down", "move(1)", "Next candidate", show=False, id="probs.down"),
+        Binding("enter", "pick", "Pick this token", show=False, id="probs.pick"),
+    ]
+
+    @dataclass
+    class Picked(Message):
+        """A candidate was picked: the reply is to go on from it at `step` (None: the latest)."""
+
+        panel: ProbPanel
+        step: int | None
+        candidate: Candidate
+
+        @property
+        def control(self) -> ProbPanel:
+            return self.panel
 
     candidates: reactive[tuple[Candidate, ...]] = reactive(())
     """Candidates of the step shown, best first."""
@@ -48,13 +77,51 @@ class ProbPanel(Widget):
     """Index of the step in the reply (None before any token)."""
     settings: reactive[SamplerSettings] = reactive(SamplerSettings)
     """The sampler settings the step was sampled with."""
+    cursor: reactive[int | None] = reactive(None)
+    """Index of the candidate under the cursor (None: no cursor)."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._lines: list[int | None] = []  # the candidate drawn on each line (None: other)
+
+    def validate_cursor(self, value: int | None) -> int | None:
+        if value is None or not self.candidates:
+            return None
+        return max(0, min(len(self.candidates) - 1, value))
+
+    def watch_candidates(self) -> None:
+        self.cursor = self.cursor  # (kept on the same row, within the new candidates)
+
+    def on_focus(self) -> None:
+        if self.cursor is None and self.candidates:
+            ids = [c.id for c in self.candidates]
+            self.cursor = ids.index(self.chosen) if self.chosen in ids else 0
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self.refresh()  # (the cursor and the hint show while focused)
+
+    def action_move(self, step: int) -> None:
+        if self.candidates:
+            self.cursor = (self.cursor if self.cursor is not None else -step) + step
+
+    def action_pick(self) -> None:
+        if self.cursor is not None and self.candidates:
+            self.post_message(self.Picked(self, self.step, self.candidates[self.cursor]))
+
+    def on_click(self, event: events.Click) -> None:
+        line = event.y - self.styles.padding.top
+        if 0 <= line < len(self._lines) and self._lines[line] is not None:
+            self.cursor = self._lines[line]
+            self.action_pick()
 
     def render(self) -> Text:
+        self._lines = []
         if not self.candidates:
             return Text("No candidates yet: send a message.", style="dim")
         style = {
             k: self.get_component_rich_style(f"probpanel--{k}")
-            for k in ("raw", "final", "cut", "chosen", "dropped")
+            for k in ("raw", "final", "cut", "chosen", "dropped", "cursor", "hint")
         }
         s = self.settings
         width = max(30, self.content_region.width or self.size.width)
@@ -65,8 +132,9 @@ class ProbPanel(Widget):
         out.append(f"  {title:<{piece_w}}", style="bold")
         out.append(f"{'raw':<{bar_w + 7}}", style=style["raw"])
         out.append("after samplers\n", style=style["final"])
+        self._lines.append(None)
         prev = None
-        for c in self.candidates:
+        for row, c in enumerate(self.candidates):
             if prev is not None:
                 for label, was, now in (
                     (f"top-k {s.top_k}", prev.kept_top_k, c.kept_top_k),
@@ -78,7 +146,9 @@ class ProbPanel(Widget):
                             f"  ── {label} cut " + "─" * max(0, width - 16 - len(label)) + "\n",
                             style=style["cut"],
                         )
+                        self._lines.append(None)
             prev = c
+            start = len(out)
             is_chosen = c.id == self.chosen
             kept = c.kept
             piece_style = style["chosen"] if is_chosen else (None if kept else style["dropped"])
@@ -87,7 +157,13 @@ class ProbPanel(Widget):
             out.append(bar(c.p, bar_w), style=style["raw"] if kept else style["dropped"])
             out.append(f" {c.p:5.3f} ")
             out.append(bar(c.p_final, bar_w), style=style["final"])
-            out.append(f" {c.p_final:5.3f}\n")
+            out.append(f" {c.p_final:5.3f}")
+            if row == self.cursor and self.has_focus:
+                out.stylize(style["cursor"], start, len(out))
+            out.append("\n")
+            self._lines.append(row)
+        if self.has_focus:
+            out.append("  ↑/↓ · Enter or click: continue from this token", style["hint"])
         out.rstrip()
         return out
 
