@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 from test_ui import SIZE, send, wait_until
 
+from chatapp.chat.recorder import ChatHistory
 from chatapp.config import Config
 from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
+from chatapp.history.store import Store
 from chatapp.ui.app import ChatApp
 from chatapp.ui.widgets.tokens import TokenStrip
 
@@ -57,3 +59,33 @@ async def test_drafted_tokens_are_marked_and_the_speed_panel_reports_them(model_
         await send(pilot, app, REWRITE)
         await wait_until(pilot, lambda: app.reply is None and len(app.conversation) == 6, 60)
         assert "x the last plain reply (" in app.stats_panel.notes
+
+
+@pytest.mark.slow
+async def test_regenerate_x4_decodes_four_replies_together_as_branches(model_path, fresh_dirs):
+    options = LoadOptions(model_path=model_path, n_ctx=1024, n_gpu_layers=0)
+    app = ChatApp(lambda: LocalEngine(options))
+    store = Store(fresh_dirs / "history.db")
+    app.history = ChatHistory(store, app._warn)
+    app.initial_settings = app.settings = app.settings.with_(max_tokens=24)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Tell me about foxes.")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None, 60)
+        await pilot.press("alt+r")
+        await wait_until(pilot, lambda: app.reply is not None, 10)
+        await wait_until(pilot, lambda: app.reply is None, 60)
+        tree = app.session.tree
+        last = tree.path()[-1]
+        siblings = last.parent.children
+        assert len(siblings) == 5, "the first reply and the four made together"
+        assert siblings.index(last) == 1, "the batch's first reply is the one shown"
+        made = siblings[1:]
+        assert all(t.row is not None and t.text for t in made)
+        assert all(t.tokens and {x.seq for x in t.tokens} == {i} for i, t in enumerate(made))
+        assert "4 replies in one batch" in app.stats_panel.notes
+        (conversation,) = store.list_conversations()
+        stored = store.all_messages(conversation.id)
+        assert sum(m.role == "assistant" for m in stored) == 5
+        assert [m.id for m in store.messages(conversation.id)][-1] == made[0].row
+        await pilot.press("alt+right")
+        assert app.session.tree.path()[-1] is siblings[2]

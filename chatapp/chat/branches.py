@@ -74,6 +74,13 @@ class Tree:
         self._set_aside = None
         return turn
 
+    def add_beside(self, turn: Turn, sibling: Turn) -> Turn:
+        """Add a turn as another branch of `sibling`'s parent (the chosen one stays)."""
+        parent = sibling.parent or self.root
+        turn.parent = parent
+        parent.children.append(turn)
+        return turn
+
     def set_aside(self) -> Turn | None:
         """End the path before its last turn, keeping that turn as a branch: the next `add`
         makes a sibling of it. Returns the turn (None when the path is empty)."""

@@ -22,6 +22,7 @@ from chatapp.engine.protocol import (
     GenerateRequest,
     ModelInfo,
     PromptEvaluated,
+    StopReason,
     Token,
 )
 from chatapp.errors import ChatappError
@@ -106,6 +107,8 @@ class ChatSession:
         self.stop: tuple[str, ...] = ()
         self.enable_thinking: bool | None = None  # thinking models: on / off / the template's
         self.speculation = ""  # draft tokens from "ngram", the draft "model", or "" (none)
+        self.alternatives = 1  # replies the next request decodes together (regenerate x N)
+        self._alt_tokens: dict[int, list[Token]] = {}  # the other replies' tokens, by seq
         self.engine: Engine | None = None
         self.info: ModelInfo | None = None
         self.tree = Tree()
@@ -201,7 +204,10 @@ class ChatSession:
             ignore_eos=self.ignore_eos,
             enable_thinking=self.enable_thinking,
             draft=self.speculation,
+            n_alternatives=self.alternatives if not prefix else 1,
         )
+        self.alternatives = 1  # (once: the next reply is one again)
+        self._alt_tokens = {}
         return Prepared(request, dropped)
 
     def prompt_evaluated(self, event: PromptEvaluated) -> None:
@@ -215,6 +221,11 @@ class ChatSession:
         draft = self.draft
         if draft is None:
             return
+        if any(t.seq for t in tokens):  # several replies at once: the first is the one shown
+            for t in tokens:
+                if t.seq:
+                    self._alt_tokens.setdefault(t.seq, []).append(t)
+            tokens = [t for t in tokens if not t.seq]
         draft.extend(tokens)
         self.history.stream(draft.text)
 
@@ -226,10 +237,29 @@ class ChatSession:
         answer = split.answer if (split.thinking or split.closed) else event.text
         row = self.history.finish(event.text, event, self.settings)
         tokens = tuple(self.draft.tokens) if self.draft is not None else ()
-        self.tree.add(Turn(ChatMessage("assistant", answer), event.text, row, tokens))
+        first = self.tree.add(Turn(ChatMessage("assistant", answer), event.text, row, tokens))
         self.draft = None
         self.last_split = split
+        self._add_alternatives(event, first)
         return split
+
+    def _add_alternatives(self, event: Finished, first: Turn) -> None:
+        """The other replies of a batch join as branches beside the first (which stays the
+        chosen one); each is saved as a message of its own."""
+        from dataclasses import replace
+
+        parent = first.parent.row if first.parent is not None else None
+        for seq, text in enumerate(event.alternatives[1:], start=1):
+            reason = event.alternative_reasons[seq] if seq < len(event.alternative_reasons) else ""
+            self.history.begin_reply(self.settings, parent)
+            ended = replace(event, text=text, reason=StopReason(reason or event.reason))
+            row = self.history.finish(text, ended, self.settings)
+            answer = split_reply(text, inside=False).answer or text
+            tokens = tuple(self._alt_tokens.get(seq, ()))
+            self.tree.add_beside(Turn(ChatMessage("assistant", answer), text, row, tokens), first)
+        if len(event.alternatives) > 1:
+            self.history.choose(first.row)
+        self._alt_tokens = {}
 
     def failed(self, message: str) -> str:
         """The reply failed: what it wrote so far stays (and is returned)."""

@@ -241,6 +241,11 @@ class ChatApp(ModelHost):
         reply = self.reply
         if reply is None or message.reply_id != reply.id:
             return
+        if any(t.seq for t in message.tokens):  # several replies at once (regenerate x N):
+            self.session.took([t for t in message.tokens if t.seq])  # the others are kept
+            message.tokens = [t for t in message.tokens if not t.seq]  # the first is shown
+            if not message.tokens:
+                return
         first = not reply.tokens or len(reply.tokens) == len(reply.prefix_ids)
         reply.add(message.tokens)
         self.pacer.framed()
@@ -375,6 +380,17 @@ class ChatApp(ModelHost):
                 await items[-1].remove()
         await self._generate()
         self.branches.label()
+
+    async def action_regenerate_many(self, n: int = 4) -> None:
+        """N new replies to the last turn decoded together in one batch (the lesson: the
+        weights are read once per step for all of them); they become branches of the message,
+        the old reply one more."""
+        if self.reply is not None or not self.conversation or not self.session.ready:
+            return
+        self.session.alternatives = n
+        await self.action_regenerate()
+        if self.reply is not None:
+            self.set_status(f"{n} replies decoding together in one batch… (Esc stops)")
 
     async def action_edit_last(self) -> None:
         if self.reply is not None:

@@ -22,7 +22,14 @@ class ReplyReport:
         if first_paint_s is not None and st.ttft_s is not None:
             ui_s = first_paint_s - st.ttft_s
         lines = [f"why: {breakdown.verdict(st, ui_s=ui_s)}"]
-        if st.draft:
+        if len(ev.alternatives) > 1:
+            n = len(ev.alternatives)
+            line = f"{n} replies in one batch: {st.decode_tps or 0:.1f} t/s together"
+            plain = self.plain_tps.get(model)
+            if plain and st.decode_tps:
+                line += f", {st.decode_tps / plain:.2f}x one reply ({plain:.1f} t/s)"
+            lines.append(line + "; alt+left/right switch between them")
+        elif st.draft:
             line = draft_text(st)
             plain = self.plain_tps.get(model)
             if plain and st.decode_tps:

@@ -66,6 +66,14 @@ class ChatShell(App):
             "ctrl+b", "toggle_thinking", "Think on/off", show=False, id="chat.think", priority=True
         ),
         Binding(
+            "alt+r",
+            "regenerate_many(4)",
+            "Regenerate x4",
+            show=False,
+            id="chat.regenerate_many",
+            priority=True,
+        ),
+        Binding(
             "ctrl+y",
             "cycle_draft",
             "Drafts off/ngram/model",
