@@ -1,7 +1,7 @@
 """Render SVG screenshots of the real app on the bundled model into screenshots/.
 
 Run: python screenshots/make_screenshots.py   (takes about half a minute on 2 cores)
-Only some: python screenshots/make_screenshots.py pick thinking   (main, pick, thinking)
+Only some: python screenshots/make_screenshots.py pick thinking   (main, pick, thinking, drafts)
 """
 
 from __future__ import annotations
@@ -137,11 +137,41 @@ async def pick_shot() -> None:
         app.save_screenshot(str(OUT / "pick-token.svg"))
 
 
-SHOTS = {"main": main, "pick": pick_shot, "thinking": thinking_shot}
+async def drafts_shot() -> None:
+    """Speculative decoding with n-gram drafts on a rewrite: accepted drafts underlined in the
+    Tokens tab, the drafts turned down shown (d), the Speed panel's note on the reply."""
+    from chatapp.config import Config
+
+    options = LoadOptions(model_path=str(smollm2_path()), n_ctx=2048, n_gpu_layers=0)
+    app = ChatApp(
+        lambda: LocalEngine(options),
+        settings=SamplerSettings(temperature=0.0, max_tokens=120),
+        model_label="SmolLM2-135M-Instruct.Q4_1.gguf",
+        config=Config(draft="ngram"),
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#prompt").cursor_blink = False
+        await wait_until(pilot, lambda: app.engine is not None)
+        app.query_one("#prompt").text = (
+            "Repeat this text exactly, changing 'keeper' to 'warden': The keeper climbed the "
+            "hundred and twelve steps to the lantern room every morning, cleaned the great lens "
+            "with a soft cloth, and wrote the weather in a leather book."
+        )
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        app.query_one("#tabs").active = "tab-tokens"
+        strip = app.query_one("#reply-tokens", TokenStrip)
+        strip.show_rejected = True
+        app.clear_notifications()
+        await pilot.pause(0.3)
+        app.save_screenshot(str(OUT / "drafts.svg"))
+
+
+SHOTS = {"main": main, "pick": pick_shot, "thinking": thinking_shot, "drafts": drafts_shot}
 
 
 async def run(names: list[str]) -> None:
-    for name in names or ["main", "pick"]:  # (main makes the thinking shot too)
+    for name in names or ["main", "pick", "drafts"]:  # (main makes the thinking shot too)
         await SHOTS[name]()
 
 

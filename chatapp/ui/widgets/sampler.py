@@ -119,7 +119,7 @@ class SamplerPanel(Vertical):
         padding: 0 1; }
     SamplerPanel > #sampler-status { height: 1; color: $text-muted; }
     SamplerPanel > #draft-row { height: 1; }
-    SamplerPanel > #draft-row > Button { min-width: 16; height: 1; border: none;
+    SamplerPanel > #draft-row > Button { width: 17; height: 1; border: none;
         margin: 0 1 0 0; padding: 0 1; }
     SamplerPanel > #draft-row > #draft-help { color: $text-muted; }
     """
