@@ -17,7 +17,6 @@ from chatapp.engine.local.token_loop import (
 from chatapp.engine.protocol import (
     Failed,
     Finished,
-    PromptEvaluated,
     SettingsApplied,
     StopReason,
     Token,
@@ -62,25 +61,10 @@ class ParallelGeneration(Generation):
             self.send(Failed(f"the prompt is {len(prompt)} tokens; it leaves no room"), flush=True)
             return
         t_prefill = time.perf_counter()
-        n_reused = w.reuse_prefix(prompt)
-        code = w.decode(prompt[n_reused:-1]) or w.decode_one(prompt[-1])
-        t_prefill_end = time.perf_counter()
-        if code != 0:
-            w.kv_tokens = []
-            w.lib.llama_memory_clear(w.mem, True)
-            self.send(Failed(f"llama_decode failed on the prompt (code {code})"), flush=True)
+        prefilled = self.prefill(prompt, prompt, rendered)
+        if prefilled is None:
             return
-        self.send(
-            PromptEvaluated(
-                tokens=tuple(w.pieces(prompt)),
-                rendered=rendered,
-                n_new=len(prompt) - n_reused,
-                n_reused=n_reused,
-                prefill_s=t_prefill_end - t_prefill,
-                t=t_prefill_end,
-            ),
-            flush=True,
-        )
+        n_new, t_prefill_end = prefilled
         lib = w.lib
         for s in range(1, n):  # every reply starts from the prompt's cache, shared
             lib.llama_memory_seq_rm(w.mem, s, -1, -1)
@@ -137,7 +121,7 @@ class ParallelGeneration(Generation):
             t_prefill_end=t_prefill_end,
             token_times=times,
             prompt_tokens=len(prompt),
-            prompt_evaluated=len(prompt) - n_reused,
+            prompt_evaluated=n_new,
             n_past=len(w.kv_tokens),
             n_ctx=w.n_ctx,
         )

@@ -173,6 +173,42 @@ class Generation:
         except Exception as exc:  # report, keep the worker alive
             self.send(Failed(f"generation failed: {type(exc).__name__}: {exc}"), flush=True)
 
+    def prefill(self, full: list[int], prompt_ids: list[int], rendered: str):
+        """Evaluate what the KV cache lacks of `full` and report it (PromptEvaluated, and
+        PrefillProgress per batch when it takes more than one); returns (tokens evaluated,
+        when it ended), or None after reporting a failure."""
+        w = self.w
+        t_prefill = time.perf_counter()
+        n_reused = w.reuse_prefix(full)
+        n_new = len(full) - n_reused
+        progress = None
+        if n_new > w.n_batch:  # more than one batch: say how far it got (a long silent wait
+            # reads as a crash)
+            progress = lambda done: self.send(  # noqa: E731
+                PrefillProgress(done, n_new, time.perf_counter() - t_prefill), flush=True
+            )
+        # The last prompt token is always evaluated on its own, so its logits are computed the
+        # same way whether the rest came from the cache or not: a seed then reproduces exactly.
+        code = w.decode(full[n_reused:-1], progress=progress) or w.decode_one(full[-1])
+        t_end = time.perf_counter()
+        if code != 0:
+            w.kv_tokens = []
+            w.lib.llama_memory_clear(w.mem, True)
+            self.send(Failed(f"llama_decode failed on the prompt (code {code})"), flush=True)
+            return None
+        self.send(
+            PromptEvaluated(
+                tokens=tuple(w.pieces(prompt_ids)),
+                rendered=rendered,
+                n_new=n_new,
+                n_reused=n_reused,
+                prefill_s=t_end - t_prefill,
+                t=t_end,
+            ),
+            flush=True,
+        )
+        return n_new, t_end
+
     def _run(self) -> None:
         w, req = self.w, self.req
         t_request = time.perf_counter()
@@ -207,34 +243,10 @@ class Generation:
         if not w.replies:
             inject_cpu_fault(w.options, "reply")
         w.replies += 1
-        n_reused = w.reuse_prefix(full)
-        # The last prompt token is always evaluated on its own, so its logits are computed the
-        # same way whether the rest came from the cache or not: a seed then reproduces exactly.
-        n_new = len(full) - n_reused
-        progress = None
-        if n_new > w.n_batch:  # more than one batch: say how far it got (a long silent wait
-            # reads as a crash)
-            progress = lambda done: self.send(  # noqa: E731
-                PrefillProgress(done, n_new, time.perf_counter() - t_prefill), flush=True
-            )
-        code = w.decode(full[n_reused:-1], progress=progress) or w.decode_one(full[-1])
-        t_prefill_end = time.perf_counter()
-        if code != 0:
-            w.kv_tokens = []
-            w.lib.llama_memory_clear(w.mem, True)
-            self.send(Failed(f"llama_decode failed on the prompt (code {code})"), flush=True)
+        prefilled = self.prefill(full, prompt_ids, rendered)
+        if prefilled is None:
             return
-        self.send(
-            PromptEvaluated(
-                tokens=tuple(w.pieces(prompt_ids)),
-                rendered=rendered,
-                n_new=n_new,
-                n_reused=n_reused,
-                prefill_s=t_prefill_end - t_prefill,
-                t=t_prefill_end,
-            ),
-            flush=True,
-        )
+        n_new, t_prefill_end = prefilled
         plain = bool(warning) and warning != FOLDED_SYSTEM_NOTE  # the plain fallback template
         if plain or (warning and warning not in w.noted):
             w.noted.add(warning)
