@@ -4,6 +4,7 @@ starts again without them, says so in one line, remembers it; crash notices name
 from __future__ import annotations
 
 import json
+import signal
 
 import pytest
 
@@ -176,4 +177,23 @@ def _hello():
     return GenerateRequest(
         messages=(ChatMessage("user", "Say hi."),),
         settings=SamplerSettings(temperature=0.0, max_tokens=8),
+    )
+
+
+def test_which_crashes_are_retried_without_extra_buffers():
+    retry = cpu_backend.retry_without_buffers
+    assert retry(signal.SIGSEGV, ("AMX",), True, False)
+    assert retry(signal.SIGBUS, ("CPU_REPACK",), True, False)
+    assert retry(signal.SIGILL, ("AMX",), True, False), (
+        "AMX tiles fault as SIGILL (llama-bench here)"
+    )
+    assert not retry(signal.SIGILL, ("CPU_REPACK",), True, False), "a build for another CPU"
+    assert not retry(signal.SIGSEGV, (), True, False), "no extra buffers: not theirs"
+    assert not retry(signal.SIGSEGV, ("AMX",), False, False), "already off"
+    assert not retry(signal.SIGSEGV, ("AMX",), True, True), "asked for by hand"
+    assert not retry(None, ("AMX",), True, False)
+    amx = cpu_backend.crash_cause(signal.SIGILL, ("AMX",), True)
+    assert "AMX path crashed (SIGILL); try --no-repack" in amx
+    assert "instruction this CPU lacks" in cpu_backend.crash_cause(
+        signal.SIGILL, ("CPU_REPACK",), True
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +31,7 @@ class Run:
     prefill_tps: float
     decode_tps: float
     tokens: int
+    crashed: str = ""  # the signal that killed a llama-bench run ("" = it ran)
 
 
 def _prompt_ids(engine, n: int, rep: int) -> tuple[int, ...]:
@@ -151,8 +153,15 @@ def llama_bench_run(
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600).stdout
         return float(json.loads(out[out.index("[") :])[0]["avg_ts"])
 
-    pp = avg_ts("-p", str(n_prompt), "-n", "0")
-    tg = avg_ts("-p", "0", "-n", str(n_gen), "-d", str(n_prompt))
+    try:
+        pp = avg_ts("-p", str(n_prompt), "-n", "0")
+        tg = avg_ts("-p", "0", "-n", str(n_gen), "-d", str(n_prompt))
+    except subprocess.CalledProcessError as exc:
+        if exc.returncode >= 0:
+            raise
+        # llama.cpp's own configuration can crash where chatapp's fallback does not (its AMX
+        # path on some CPUs): a result of the benchmark, not a failure of it.
+        return Run(0.0, 0.0, n_gen, crashed=signal.Signals(-exc.returncode).name)
     return Run(pp, tg, n_gen)
 
 
@@ -260,6 +269,7 @@ def summarize(
             "decode_tps": median([r.decode_tps for r in runs]),
             "prefill_tps": median([r.prefill_tps for r in runs]),
             "tokens": median([r.tokens for r in runs]),
+            "crashed": next((r.crashed for r in runs if r.crashed), ""),
             "runs": [asdict(r) for r in runs],
         }
         for name, runs in results.items()
@@ -270,7 +280,7 @@ def summarize(
         ratios = [
             getattr(e, field) / getattr(o, field)
             for e, o in zip(mine, other, strict=True)
-            if getattr(o, field)
+            if getattr(o, field) and getattr(e, field)
         ]
         return median(ratios) if ratios else None
 
@@ -311,6 +321,9 @@ def format_report(report: dict) -> str:
         f"{'':<20}{'prefill t/s':>12}{'decode t/s':>12}",
     ]
     for name, m in report["medians"].items():
+        if m.get("crashed"):
+            lines.append(f"{name:<20}  crashed ({m['crashed']}) in at least one run: not compared")
+            continue
         lines.append(f"{name:<20}{m['prefill_tps']:>12.1f}{m['decode_tps']:>12.1f}")
     lines.append("paired ratios (median of per-repetition ratios):")
     for name, r in report["ratios"].items():

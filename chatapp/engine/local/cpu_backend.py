@@ -48,6 +48,18 @@ def crash_signal(exitcode: int | None) -> signal.Signals | None:
     return sig if sig in CRASH_SIGNALS else None
 
 
+def retry_without_buffers(
+    sig: signal.Signals | None, buffers: tuple[str, ...], repack_on: bool, asked_for: bool
+) -> bool:
+    """Whether a worker that died on its first compute is worth starting again with the extra
+    CPU buffers off: it died of a CPU fault while llama.cpp used them, and the user did not ask
+    for them. A SIGILL counts only with AMX buffers (its tile instructions fault that way where
+    the kernel does not enable them); otherwise it means a build for another CPU."""
+    if sig is None or not buffers or not repack_on or asked_for:
+        return False
+    return sig is not signal.SIGILL or "AMX" in buffers
+
+
 def backend_name(buffers: tuple[str, ...]) -> str:
     """How to name the extra buffer path in a sentence: AMX first, it is the known crasher."""
     if "AMX" in buffers:
@@ -66,7 +78,7 @@ def fallback_notice(buffers: tuple[str, ...], sig: signal.Signals, now: bool = T
 
 def crash_cause(sig: signal.Signals | None, buffers: tuple[str, ...], repack: bool) -> str:
     """A clause naming what most likely killed the worker, and what to do ('' if unknown)."""
-    if sig is signal.SIGILL:
+    if sig is signal.SIGILL and not ("AMX" in buffers and repack):
         return (
             "llama.cpp used an instruction this CPU lacks (its build targets another CPU); "
             f"rebuild it for this one: {NATIVE_OFF_BUILD}"

@@ -109,12 +109,8 @@ class LocalEngine:
         except EngineCrashed as exc:
             sig = cpu_backend.crash_signal(exc.exitcode)
             buffers = extra_buffers_from_log(self.log.text())
-            if (
-                sig is None
-                or sig is signal.SIGILL
-                or not buffers
-                or not options.repack
-                or self.options.repack is True
+            if not cpu_backend.retry_without_buffers(
+                sig, buffers, bool(options.repack), self.options.repack is True
             ):
                 raise
         machine.remember(repack_crash=cpu_backend.backend_name(buffers))
