@@ -46,10 +46,11 @@ class Cadence:
 # and when llama.cpp's threads fill every core, each of those ms stalls all of its threads at
 # their next barrier: the model slows by about the UI's share of a core (on 2 cores, 25 frames
 # a second cost it a quarter of its speed; `chatapp bench --terminal`). So a model on the CPU
-# gets frames paced to a CPU budget (ui/pacing.py): 3% of a core kept the TUI's decode within
-# 5% of `chatapp ask` here (frames of ~10 ms, so about 3 a second).
+# gets frames paced to a CPU budget (ui/pacing.py). Measured on a 2-core Xeon (8 pairs each):
+# a budget of 3% of a core gave 0.949x `chatapp ask`'s decode, 2% gave 0.979x (frames every
+# ~0.25 s, stretching towards the 1 s ceiling as a long paragraph makes each frame dearer).
 SMOOTH = Cadence(text_s=0.040, panels_s=0.15)
-LIGHT = Cadence(text_s=0.100, panels_s=1.0, budget=0.03, ceiling_s=1.0)
+LIGHT = Cadence(text_s=0.100, panels_s=1.0, budget=0.02, ceiling_s=1.0)
 
 
 def cadence_for(info: ModelInfo | None, cores: int) -> Cadence:
