@@ -261,3 +261,21 @@ def test_a_draft_model_of_another_vocabulary_is_refused_in_one_sentence(ladder):
     message = str(caught.value)
     assert "cannot draft for" in message and "same vocabulary" in message
     assert "262144 tokens" in message and "\n" not in message
+
+
+@pytest.mark.slow
+def test_cancel_and_a_rewound_prefix_work_with_drafts(f16_engine):
+    events = []
+    for event in f16_engine.generate(
+        GenerateRequest(REWRITE, GREEDY.with_(max_tokens=200), draft="ngram")
+    ):
+        events.append(event)
+        if isinstance(event, Token) and event.index == 8:
+            f16_engine.cancel()
+    assert events[-1].reason == StopReason.CANCELLED and len(_tokens(events)) < 200
+    plain = _tokens(_run(f16_engine, n=40))
+    # Rewind: the reply starts with its first 10 tokens, the rest is drafted and sampled again.
+    prefix = tuple(t.id for t in plain[:10])
+    again = _run(f16_engine, draft="ngram", n=40, reply_prefix_ids=prefix)
+    assert [t.id for t in _tokens(again)][:30] == [t.id for t in plain[10:40]]
+    assert _tokens(again)[0].index == 10
