@@ -42,6 +42,13 @@ async def test_drafted_tokens_are_marked_and_the_speed_panel_reports_them(model_
         notes = app.stats_panel.notes
         assert notes.startswith("why: ") and "ngram drafts" in notes
         assert "no plain reply on this model yet" in notes
+        # In the reply too, on demand: its text with the drafted tokens marked.
+        await pilot.press("alt+m")
+        shown = reply.item.marked
+        assert shown is not None and sum(d for _, d in shown) == len(drafted)
+        assert "".join(t for t, _ in shown) == "".join(t.text for t in reply.tokens)
+        await pilot.press("alt+m")
+        assert reply.item.marked is None
         # Rejected drafts, on demand.
         if any(t.rejected for t in strip.tokens):
             assert "⟨" not in strip.render().plain
@@ -49,12 +56,12 @@ async def test_drafted_tokens_are_marked_and_the_speed_panel_reports_them(model_
             await pilot.press("d")
             assert strip.show_rejected and "⟨" in strip.render().plain
         # The toggle: off for the next reply, whose speed becomes the comparison.
-        await pilot.press("ctrl+y")
+        await pilot.press("alt+d")
         assert app.session.speculation == ""
         await send(pilot, app, REWRITE)
         await wait_until(pilot, lambda: app.reply is None and len(app.conversation) == 4, 60)
         assert "drafts" not in app.stats_panel.notes
-        await pilot.press("ctrl+y")
+        await pilot.press("alt+d")
         assert app.session.speculation == "ngram"
         await send(pilot, app, REWRITE)
         await wait_until(pilot, lambda: app.reply is None and len(app.conversation) == 6, 60)

@@ -489,6 +489,21 @@ class ChatApp(ModelHost):
         self.sampler.show_draft(self.session.speculation)
         self.set_status(f"drafts: {self.session.speculation or 'off'} from the next reply")
 
+    def action_mark_drafts(self) -> None:
+        """Show the last reply with the tokens that came from accepted drafts marked (as text,
+        not Markdown), or as Markdown again."""
+        last = self.last_reply
+        if self.reply is not None or last is None:
+            return
+        if last.item.marked is not None:
+            last.item.show_marked(None)
+            return
+        drafted = sum(t.drafted for t in last.tokens)
+        last.item.show_marked([(t.text, t.drafted) for t in last.tokens])
+        self.set_status(
+            f"{drafted} of {len(last.tokens)} tokens came from accepted drafts (alt+m: back)"
+        )
+
     def on_sampler_panel_draft_pressed(self, message: SamplerPanel.DraftPressed) -> None:
         self.action_cycle_draft()
 

@@ -74,7 +74,15 @@ class ChatShell(App):
             priority=True,
         ),
         Binding(
-            "ctrl+y",
+            "alt+m",
+            "mark_drafts",
+            "Drafts in the reply",
+            show=False,
+            id="chat.mark_drafts",
+            priority=True,
+        ),
+        Binding(
+            "alt+d",
             "cycle_draft",
             "Drafts off/ngram/model",
             show=False,

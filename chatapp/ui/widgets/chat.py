@@ -43,11 +43,12 @@ class MessageView(Vertical):
     single Static holding one Rich rendering (role, body, stats footer): two widgets per
     message, so the many finished messages cost each layout pass little."""
 
-    COMPONENT_CLASSES = {"messageview--role", "messageview--footer"}
+    COMPONENT_CLASSES = {"messageview--role", "messageview--footer", "messageview--draft"}
     DEFAULT_CSS = """
     MessageView { height: auto; margin: 0 0 1 0; padding: 0 1; }
     MessageView > .messageview--role { color: $text-muted; text-style: bold; }
     MessageView > .messageview--footer { color: $text-muted; }
+    MessageView > .messageview--draft { color: $token-draft; text-style: underline; }
     MessageView.user { background: $boost; border-left: thick $accent; }
     MessageView.assistant { border-left: thick $primary; }
     MessageView.error { border-left: thick $error; }
@@ -73,6 +74,7 @@ class MessageView(Vertical):
         self.text = text
         self._footer = footer
         self.branch = ""  # e.g. "branch 2/3": the message has other branches
+        self.marked: list[tuple[str, bool]] | None = None  # the reply as (text, drafted) pieces
         self._stream = None
         self._painted_look: tuple = ()
 
@@ -154,7 +156,16 @@ class MessageView(Vertical):
         body.display = bool(parts)
         body.update(Group(*parts))
 
+    def show_marked(self, pieces: list[tuple[str, bool]] | None) -> None:
+        """Show the reply as its tokens' text with the ones from accepted drafts marked
+        (None: as Markdown again)."""
+        self.marked = pieces
+        self._paint()
+
     def _body(self):
+        if self.marked is not None:
+            style = self.get_component_rich_style("messageview--draft")
+            return Text.assemble(*((printable(t), style if d else "") for t, d in self.marked))
         text = printable(self.text[:SHOWN_CHARS])
         more = len(self.text) - SHOWN_CHARS
         if self.role == "user":

@@ -157,7 +157,7 @@ class SamplerPanel(Vertical):
                 yield Button(name, id=wid, name=name, classes="preset", compact=True)
         with Horizontal(id="draft-row"):
             yield Button("drafts: off", id="draft-toggle", compact=True)
-            yield Static("speculative decoding (ctrl+y)", id="draft-help")
+            yield Static("speculative decoding (alt+d)", id="draft-help")
         yield Static("", id="sampler-status")
 
     def show_draft(self, source: str) -> None:
