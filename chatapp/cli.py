@@ -111,6 +111,7 @@ def root(ctx: typer.Context) -> None:
             model_name=None,
             think=None,
             draft=None,
+            vs=None,
         )
 
 
@@ -130,6 +131,12 @@ def chat(
     model_name: ModelNameOpt = None,
     think: ThinkOpt = None,
     draft: DraftOpt = None,
+    vs: Annotated[
+        Path | None,
+        typer.Option(
+            "--vs", help="a second GGUF file: each prompt goes to both, side by side (greedy)"
+        ),
+    ] = None,
 ) -> None:
     """Open the chat TUI (settings not given here come from config.toml)."""
     from dataclasses import replace
@@ -146,6 +153,13 @@ def chat(
         model, ctx, ngl, threads, batch, flash_attn, repack, config, find_model=url is None,
         draft_model=draft_model,
     )  # fmt: skip
+    if vs is not None:
+        if url is not None:
+            raise UsageError("--vs compares two local files; it does not take --server")
+        from chatapp.ui.launch import run_versus_app
+
+        run_versus_app(options, str(vs))
+        return
     from chatapp.ui.launch import run_chat_app  # the UI is imported only here
 
     run_chat_app(options, server=url, remote=remote, config=config, problems=problems)

@@ -1,7 +1,8 @@
 """Render SVG screenshots of the real app on the bundled model into screenshots/.
 
 Run: python screenshots/make_screenshots.py   (takes about half a minute on 2 cores)
-Only some: python screenshots/make_screenshots.py pick thinking   (main, pick, thinking, drafts)
+Only some: python screenshots/make_screenshots.py pick versus
+(the shots: main, pick, thinking, drafts, versus)
 """
 
 from __future__ import annotations
@@ -167,11 +168,48 @@ async def drafts_shot() -> None:
         app.save_screenshot(str(OUT / "drafts.svg"))
 
 
-SHOTS = {"main": main, "pick": pick_shot, "thinking": thinking_shot, "drafts": drafts_shot}
+async def versus_shot() -> None:
+    """Q4_1 and Q2_K of the bundled model side by side on one greedy prompt, a step where they
+    part selected: both files' candidates there."""
+    import tempfile
+    from dataclasses import replace
+
+    from chatapp.models import quantize
+    from chatapp.ui.versus import VersusApp, parting_step
+
+    out = tempfile.mkdtemp(prefix="chatapp-shot-")
+    q2 = quantize.quantize(smollm2_path(), "Q2_K", out, nthread=2).output
+    options = LoadOptions(model_path=str(smollm2_path()), n_ctx=2048, n_gpu_layers=0, n_threads=1)
+    app = VersusApp(
+        (lambda: LocalEngine(options), lambda: LocalEngine(replace(options, model_path=q2))),
+        ("SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct.Q2_K.gguf"),
+        settings=SamplerSettings(temperature=0.0, max_tokens=80),
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#prompt").cursor_blink = False
+        await wait_until(pilot, lambda: len(app.engines) == 2)
+        app.query_one("#prompt").value = "Describe the sea at night in two sentences."
+        app.query_one("#prompt").focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: not app.streaming and len(app.finished) == 2)
+        a, b = app.column("a").tokens, app.column("b").tokens
+        app.cursor = parting_step(a, b)
+        app.redraw()
+        await pilot.pause(0.3)
+        app.save_screenshot(str(OUT / "versus.svg"))
+
+
+SHOTS = {
+    "main": main,
+    "pick": pick_shot,
+    "thinking": thinking_shot,
+    "drafts": drafts_shot,
+    "versus": versus_shot,
+}
 
 
 async def run(names: list[str]) -> None:
-    for name in names or ["main", "pick", "drafts"]:  # (main makes the thinking shot too)
+    for name in names or ["main", "pick", "drafts", "versus"]:  # (main makes the thinking shot too)
         await SHOTS[name]()
 
 

@@ -73,6 +73,32 @@ def build_app(
     return app
 
 
+def run_versus_app(options: LoadOptions, other: str) -> None:
+    """Two files side by side (`chatapp chat A --vs B`): each prompt to both, greedy."""
+    import os
+    from dataclasses import replace
+
+    from chatapp.ui.versus import VersusApp
+
+    if options.n_threads is None:
+        # Two workers each with a thread per core oversubscribe the CPU, and llama.cpp's
+        # threads then wait on each other at every barrier (measured: ~1 token/s each on 2
+        # cores instead of ~40): each gets half the cores.
+        options = replace(options, n_threads=max(1, (os.cpu_count() or 2) // 2))
+    second = replace(options, model_path=other, draft_model=None)
+    history = ChatHistory.open(lambda message: None)
+    app = VersusApp(
+        (
+            lambda: make_engine(options, nice=WORKER_NICE),
+            lambda: make_engine(second, nice=WORKER_NICE),
+        ),
+        (Path(options.model_path).name, Path(other).name),
+        history=history,
+    )
+    history.warn = app._warn
+    app.run()
+
+
 def run_chat_app(options: LoadOptions, server: str | None = None, **kwargs) -> None:
     """Open the TUI on a local model (or a server)."""
     build_app(options, server=server, **kwargs).run()
