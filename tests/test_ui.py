@@ -284,6 +284,11 @@ async def test_a_streamed_paragraph_asks_for_layout_only_when_it_grows():
         original(self, content, layout=layout)
 
     class One(App):
+        def get_theme_variable_defaults(self):  # the panel colours chatapp's widgets use
+            from chatapp.ui.themes import PANEL_DEFAULTS
+
+            return dict(PANEL_DEFAULTS)
+
         def compose(self):
             yield ChatView()
 
