@@ -293,7 +293,8 @@ class CompareScreen(ModalScreen[None]):
             return
         self.query_one(CompareSetup).fill(result)
         self.result = result
-        self._status(f"reopened the run of {result.created} ({len(result.runs)} files)")
+        when = result.created[:16].replace("T", " ")
+        self._status(f"reopened the run of {when} ({len(result.runs)} files); nothing was rerun")
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id != "cmp-budget":

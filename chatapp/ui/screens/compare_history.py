@@ -42,6 +42,7 @@ class PastRunsScreen(ModalScreen[CompareResult | None]):
         self.runs, notes = saved_runs()
         listing = self.query_one(OptionList)
         listing.add_options(Option(escape(run.title()), id=str(run.path)) for run in self.runs)
+        listing.highlighted = 0 if self.runs else None
         listing.focus()
         note = self.query_one("#past-note", Static)
         if notes:
