@@ -25,13 +25,15 @@ from chatapp.models.compare_runs import export_markdown as export_markdown
 from chatapp.models.discovery import ModelEntry, discover, entry
 from chatapp.ui.screens.compare_history import PastRunsScreen
 from chatapp.ui.widgets.compare_setup import CompareSetup, Setup
-from chatapp.ui.widgets.compare_view import CompareTable, RepliesView, bars_markup, progress_text
+from chatapp.ui.widgets.compare_view import (
+    CompareTable,
+    RepliesView,
+    bars_markup,
+    file_label,
+    progress_text,
+)
 
 QUANT_BUTTONS = ("Q8_0", "Q2_K")
-
-
-def _size(e: ModelEntry) -> str:
-    return f"{e.size_bytes / 2**20:,.1f} MiB"
 
 
 class CompareScreen(ModalScreen[None]):
@@ -392,12 +394,7 @@ class CompareScreen(ModalScreen[None]):
                 files.select(e.path)
             return
         self.listed[e.path] = e
-        if e.ok:
-            name, folder = escape(Path(e.path).name), escape(str(Path(e.path).parent))
-            prompt = f"{name}  [b]{e.quant}[/]  {_size(e)}  [$text-muted]{e.source}: {folder}[/]"
-        else:
-            prompt = f"[$error]{escape(Path(e.path).name)}: {escape(e.error)}[/]"
-        files.add_option(Selection(prompt, e.path, selected and e.ok, disabled=not e.ok))
+        files.add_option(Selection(file_label(e), e.path, selected and e.ok, disabled=not e.ok))
 
     def _tick(self) -> None:
         if self.busy:

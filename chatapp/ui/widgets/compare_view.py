@@ -12,6 +12,7 @@ from textual.markup import escape
 from textual.widgets import DataTable, Static
 
 from chatapp.models.compare import COLUMNS, CompareResult, RunResult, table_columns
+from chatapp.models.discovery import ModelEntry
 
 STATUS = "status"
 BAR_WIDTH = 18
@@ -38,6 +39,15 @@ BARS = (  # (title, getter, format): each scaled to its own largest value
 def cells(r: RunResult, columns: tuple = COLUMNS) -> list[str]:
     """The figures of one run, formatted like `chatapp compare` ("-" where missing)."""
     return ["-" if (v := get(r)) is None else fmt.format(v) for _, get, fmt in columns]
+
+
+def file_label(e: ModelEntry) -> str:
+    """A file in the pick list: name, quantization, size, where it was found (or its error)."""
+    name = escape(Path(e.path).name)
+    if not e.ok:
+        return f"[$error]{name}: {escape(e.error)}[/]"
+    size, folder = f"{e.size_bytes / 2**20:,.1f} MiB", escape(str(Path(e.path).parent))
+    return f"{name}  [b]{e.quant}[/]  {size}  [$text-muted]{e.source}: {folder}[/]"
 
 
 def progress_text(done: int, total: int, seconds: float) -> str:
