@@ -401,11 +401,16 @@ TEXT_COLUMNS = (  # with --text: llama-perplexity's figures (uncertainties after
 )
 
 
-def _columns(result: CompareResult) -> tuple:
-    if result.text_file:
+def table_columns(text: bool) -> tuple:
+    """The table's columns; with `text` (a run with --text) llama-perplexity's figures too."""
+    if text:
         top1 = ("same top %", COLUMNS[8][1], COLUMNS[8][2])
         return (*COLUMNS[:8], top1, *COLUMNS[9:], *TEXT_COLUMNS)
     return COLUMNS
+
+
+def _columns(result: CompareResult) -> tuple:
+    return table_columns(bool(result.text_file))
 
 
 def _cells(r: RunResult, columns: tuple = COLUMNS) -> list[str]:

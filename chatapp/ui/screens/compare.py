@@ -1,60 +1,39 @@
-"""Compare GGUF files side by side: pick files, quantize the current model, run, export."""
+"""Compare GGUF files side by side: pick files and a text, quantize, run, reopen past runs."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from pathlib import Path
 
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.markup import escape
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import ModalScreen
-from textual.validation import Integer
-from textual.widgets import Button, Input, Label, SelectionList, Static
+from textual.widgets import Button, Input, SelectionList, Static
 from textual.widgets.selection_list import Selection
 from textual.worker import Worker, WorkerState
 
-from chatapp import paths
 from chatapp.errors import ChatappError
 from chatapp.models import compare, quantize
+from chatapp.models.compare_runs import DEFAULT_KLD_BUDGET, best_tradeoff, tradeoff_line
+from chatapp.models.compare_runs import export_markdown as export_markdown
 from chatapp.models.discovery import ModelEntry, discover, entry
-from chatapp.ui.widgets.compare_view import CompareTable, RepliesView, bars_markup
+from chatapp.ui.screens.compare_history import PastRunsScreen
+from chatapp.ui.widgets.compare_setup import CompareSetup, Setup
+from chatapp.ui.widgets.compare_view import (
+    CompareTable,
+    RepliesView,
+    bars_markup,
+    file_label,
+    progress_text,
+)
 
 QUANT_BUTTONS = ("Q8_0", "Q2_K")
-MAX_TOKENS = 512
-
-
-def export_markdown(result: compare.CompareResult, folder: Path | None = None) -> Path:
-    """Write the table, the setup and each reply as Markdown; returns the file."""
-    folder = folder or paths.cache_dir() / "compare"
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"compare-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}.md"
-    lines = [
-        f"# Comparison of {len(result.runs)} files",
-        "",
-        f"Prompt: {result.prompt}  ",
-        f"Reference: `{result.reference}`; {result.tokens} tokens generated greedily "
-        f"(seed {result.seed}), {result.text_tokens} text tokens scored, "
-        f"{result.n_threads} threads, {result.wall_s:.1f} s in all.",
-        "",
-        compare.to_markdown(result),
-        "",
-    ]
-    lines += [f"- {r.name}: {r.error or r.note}" for r in result.runs if r.error or r.note]
-    for r in result.runs:
-        lines += ["", f"## {r.name} ({r.quant})", "", r.error or r.text or "(empty reply)"]
-    target.write_text("\n".join(lines) + "\n")
-    return target
-
-
-def _size(e: ModelEntry) -> str:
-    return f"{e.size_bytes / 2**20:,.1f} MiB"
 
 
 class CompareScreen(ModalScreen[None]):
@@ -64,28 +43,29 @@ class CompareScreen(ModalScreen[None]):
     CompareScreen { align: center middle; }
     CompareScreen > Vertical { width: 100%; height: 100%; border: round $primary;
         border-title-color: $primary; background: $surface; padding: 0 1; }
-    CompareScreen .opts { height: 1; margin-bottom: 1; }
-    CompareScreen .opts Label { padding: 0 1 0 0; }
-    CompareScreen #cmp-prompt { width: 1fr; }
-    CompareScreen #cmp-tokens { width: 8; }
-    CompareScreen #cmp-top { height: 8; }
+    CompareScreen #cmp-top { height: 10; }
     CompareScreen #cmp-files { width: 1fr; height: 100%; border: round $panel;
         border-title-color: $accent; }
     CompareScreen #cmp-buttons { width: 26; padding: 0 0 0 1; }
     CompareScreen #cmp-buttons Button { width: 100%; margin-bottom: 1; }
     CompareScreen #cmp-status { height: 1; color: $text-muted; }
     CompareScreen #cmp-status.error { color: $error; text-style: bold; }
+    CompareScreen #cmp-best { height: 1; color: $warning; }
     CompareScreen #cmp-bottom { height: 1fr; }
-    CompareScreen #cmp-bars { width: auto; max-width: 60; padding: 0 1 0 0; }
+    CompareScreen #cmp-bars-box { width: auto; max-width: 62; padding: 0 1 0 0; }
+    CompareScreen #cmp-bars { width: auto; }
     """
     BINDINGS = [
         Binding("escape", "dismiss", "Close", id="compare.close"),
         Binding("ctrl+r", "run", "Run", id="compare.run"),
         Binding("ctrl+s", "export", "Export Markdown", id="compare.export"),
+        Binding("ctrl+o", "past", "Past runs", id="compare.past"),
     ]
 
     result: reactive[compare.CompareResult | None] = reactive(None)
     """The last finished comparison; the table, bars and replies are drawn from it."""
+    budget: reactive[float] = reactive(DEFAULT_KLD_BUDGET)
+    """Mean KLD a file may lose against the reference and still be the best trade-off."""
     busy: reactive[str] = reactive("")
     """What runs now ("" when idle): buttons that would start work are disabled meanwhile."""
 
@@ -100,6 +80,19 @@ class CompareScreen(ModalScreen[None]):
         def __init__(self, line: str) -> None:
             super().__init__()
             self.line = line
+
+    class Scored(Message):
+        """A file's text scoring moved on; a newer one for the same file replaces it."""
+
+        def __init__(self, name: str, done: int, total: int, seconds: float) -> None:
+            super().__init__()
+            self.name = name
+            self.done = done
+            self.total = total
+            self.seconds = seconds
+
+        def can_replace(self, message: Message) -> bool:
+            return isinstance(message, CompareScreen.Scored) and message.name == self.name
 
     class Done(Message):
         def __init__(self, result: compare.CompareResult | None, error: str = "") -> None:
@@ -137,22 +130,13 @@ class CompareScreen(ModalScreen[None]):
         self.listed: dict[str, ModelEntry] = {}
         self._started = 0.0
         self._stage = ""  # the file compare() runs now
+        self._running = ""  # its path
 
     def compose(self) -> ComposeResult:
         box = Vertical()
         box.border_title = "Compare models"
         with box:
-            with Horizontal(classes="opts"):
-                yield Label("prompt")
-                yield Input(self.prompt, id="cmp-prompt", compact=True)
-                yield Label(" tokens")
-                yield Input(
-                    str(self.tokens),
-                    type="integer",
-                    validators=[Integer(1, MAX_TOKENS)],
-                    id="cmp-tokens",
-                    compact=True,
-                )
+            yield CompareSetup(self.prompt, self.tokens, id="cmp-setup")
             with Horizontal(id="cmp-top"):
                 files = SelectionList[str](id="cmp-files")
                 files.border_title = "files (space toggles)"
@@ -162,10 +146,13 @@ class CompareScreen(ModalScreen[None]):
                     for q in QUANT_BUTTONS:
                         yield Button(f"Quantize to {q}", id=f"cmp-q-{q}", compact=True)
                     yield Button("Export Markdown", id="cmp-export", compact=True, disabled=True)
+                    yield Button("Past runs (ctrl+o)", id="cmp-past", compact=True)
             yield Static("finding GGUF files…", id="cmp-status")
             yield CompareTable(id="cmp-table")
+            yield Static("", id="cmp-best")
             with Horizontal(id="cmp-bottom"):
-                yield Static("", id="cmp-bars")
+                with VerticalScroll(id="cmp-bars-box"):
+                    yield Static("", id="cmp-bars")
                 yield RepliesView(id="cmp-replies")
 
     def on_mount(self) -> None:
@@ -192,15 +179,22 @@ class CompareScreen(ModalScreen[None]):
         self.post_message(self.Quantized(qtype, result))
 
     @work(thread=True, exclusive=True, group="compare-run", exit_on_error=False)
-    def _compare(self, files: list[str], prompt: str, tokens: int) -> None:
+    def _compare(self, files: list[str], setup: Setup) -> None:
         kwargs = {"make_engine": self.make_engine} if self.make_engine else {}
+
+        def scoring(name: str):
+            return lambda done, total, s: self.post_message(self.Scored(name, done, total, s))
+
         try:
             result = compare.compare(
                 files,
-                prompt=prompt,
-                tokens=tokens,
+                prompt=setup.prompt,
+                tokens=setup.tokens,
                 n_threads=self.n_threads,
                 progress=lambda line: self.post_message(self.Progress(line)),
+                text_file=setup.text,
+                text_ctx=setup.ctx,
+                text_progress=scoring,
                 **kwargs,
             )
         except ChatappError as exc:
@@ -242,11 +236,20 @@ class CompareScreen(ModalScreen[None]):
         path = line.split(": ", 1)[1] if line.startswith("reference: ") else line
         path = path.removeprefix("running ")
         table = self.query_one(CompareTable)
-        for key in list(table.rows):
-            if table.get_cell(key, "status") == "running…":
-                table.mark(key.value, "ran")
+        if self._running:
+            table.mark(self._running, "ran")
         table.mark(path, "running…")
+        self._running = path
         self._stage = f"running {Path(path).name}"
+
+    def on_compare_screen_scored(self, message: Scored) -> None:
+        line = progress_text(message.done, message.total, message.seconds)
+        table = self.query_one(CompareTable)
+        for key in table.rows:
+            if key.value and Path(key.value).name == message.name:
+                table.mark(key.value, line)
+        self._stage = f"scoring {message.name}: {line}"
+        self._tick()
 
     async def on_compare_screen_done(self, message: Done) -> None:
         self.busy = ""
@@ -259,18 +262,49 @@ class CompareScreen(ModalScreen[None]):
         self.result = message.result
         failed = [r for r in message.result.runs if r.error]
         note = f"; {len(failed)} failed: {failed[0].error}" if failed else ""
+        saved = f"; saved to {message.result.saved_to}" if message.result.saved_to else ""
         self._status(
-            f"{len(message.result.runs)} files in {message.result.wall_s:.1f} s{note}",
+            f"{len(message.result.runs)} files in {message.result.wall_s:.1f} s{note}{saved}",
             error=bool(failed),
         )
 
     async def watch_result(self, result: compare.CompareResult | None) -> None:
         if result is None:
             return
-        self.query_one(CompareTable).show(result)
-        self.query_one("#cmp-bars", Static).update(bars_markup(result))
+        self._draw()
         await self.query_one(RepliesView).show(result.runs)
         self.query_one("#cmp-export", Button).disabled = False
+
+    def watch_budget(self) -> None:
+        self._draw()
+
+    def _draw(self) -> None:
+        """The table, bars and trade-off line of the result under the current budget."""
+        result = self.result
+        if result is None or not self.is_mounted:
+            return
+        best = best_tradeoff(result.runs, self.budget)
+        path = best.path if best else None
+        self.query_one(CompareTable).show(result, best=path)
+        self.query_one("#cmp-bars", Static).update(bars_markup(result, best=path))
+        self.query_one("#cmp-best", Static).update(escape(tradeoff_line(result, self.budget)))
+
+    def reopen(self, result: compare.CompareResult | None) -> None:
+        """Show a saved comparison again (from Past runs): its setup goes back in the fields."""
+        if result is None:
+            return
+        self.query_one(CompareSetup).fill(result)
+        self.result = result
+        when = result.created[:16].replace("T", " ")
+        self._status(f"reopened the run of {when} ({len(result.runs)} files); nothing was rerun")
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id != "cmp-budget":
+            return
+        if event.validation_result is not None and not event.validation_result.is_valid:
+            self._status("the KLD budget must be a number, 0 or more", error=True)
+            return
+        self.budget = float(event.value)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR:
@@ -292,6 +326,8 @@ class CompareScreen(ModalScreen[None]):
             self.action_run()
         elif bid == "cmp-export":
             self.action_export()
+        elif bid == "cmp-past":
+            self.action_past()
         elif bid.startswith("cmp-q-"):
             self.action_quantize(bid.removeprefix("cmp-q-"))
 
@@ -300,21 +336,20 @@ class CompareScreen(ModalScreen[None]):
             self.notify(f"wait: {self.busy}")
             return
         files = list(self.query_one("#cmp-files", SelectionList).selected)
-        tokens_input = self.query_one("#cmp-tokens", Input)
-        check = tokens_input.validate(tokens_input.value)
         if len(files) < 2:
             self._status("tick at least 2 files to compare", error=True)
             return
-        if check is not None and not check.is_valid:
-            self._status(f"tokens must be a whole number from 1 to {MAX_TOKENS}", error=True)
+        setup = self.query_one(CompareSetup).read()
+        if isinstance(setup, str):
+            self._status(setup, error=True)
             return
-        prompt = self.query_one("#cmp-prompt", Input).value.strip() or compare.DEFAULT_PROMPT
-        self.query_one(CompareTable).queue(files)
-        self._stage = ""
+        self.query_one(CompareTable).queue(files, text=setup.text is not None)
+        self.query_one("#cmp-best", Static).update("")
+        self._stage = self._running = ""
         self.busy = f"comparing {len(files)} files"
         self._started = time.perf_counter()
         self._status(f"{self.busy}…")
-        self._compare(files, prompt, int(tokens_input.value))
+        self._compare(files, setup)
 
     def action_quantize(self, qtype: str) -> None:
         if self.busy:
@@ -331,6 +366,12 @@ class CompareScreen(ModalScreen[None]):
         self._status(f"{self.busy}…")
         self.notify(f"{self.busy}…", title="Quantize")
         self._quantize(src, qtype)
+
+    def action_past(self) -> None:
+        if self.busy:
+            self.notify(f"wait: {self.busy}")
+            return
+        self.app.push_screen(PastRunsScreen(), self.reopen)
 
     def action_export(self) -> None:
         if self.result is None:
@@ -353,12 +394,7 @@ class CompareScreen(ModalScreen[None]):
                 files.select(e.path)
             return
         self.listed[e.path] = e
-        if e.ok:
-            name, folder = escape(Path(e.path).name), escape(str(Path(e.path).parent))
-            prompt = f"{name}  [b]{e.quant}[/]  {_size(e)}  [$text-muted]{e.source}: {folder}[/]"
-        else:
-            prompt = f"[$error]{escape(Path(e.path).name)}: {escape(e.error)}[/]"
-        files.add_option(Selection(prompt, e.path, selected and e.ok, disabled=not e.ok))
+        files.add_option(Selection(file_label(e), e.path, selected and e.ok, disabled=not e.ok))
 
     def _tick(self) -> None:
         if self.busy:

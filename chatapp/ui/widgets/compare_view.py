@@ -11,7 +11,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.markup import escape
 from textual.widgets import DataTable, Static
 
-from chatapp.models.compare import BARS, COLUMNS, CompareResult, RunResult
+from chatapp.models.compare import COLUMNS, CompareResult, RunResult, table_columns
+from chatapp.models.discovery import ModelEntry
 
 STATUS = "status"
 BAR_WIDTH = 18
@@ -19,9 +20,41 @@ NAME_WIDTH = 20
 LABEL_WIDTH = 20
 
 
-def cells(r: RunResult) -> list[str]:
+BEST = "★"
+
+
+def _mib(n: int | None) -> float | None:
+    return None if n is None else n / 2**20
+
+
+BARS = (  # (title, getter, format): each scaled to its own largest value
+    ("size", lambda r: r.size_bytes / 2**20, "{:.1f} MiB"),
+    ("peak RSS", lambda r: _mib(r.peak_rss_bytes), "{:.0f} MiB"),
+    ("decode speed", lambda r: r.decode_tps, "{:.1f} t/s"),
+    ("mean KLD vs the reference", lambda r: r.mean_kl, "{:.4f}"),
+    ("perplexity", lambda r: r.perplexity, "{:.2f}"),
+)
+
+
+def cells(r: RunResult, columns: tuple = COLUMNS) -> list[str]:
     """The figures of one run, formatted like `chatapp compare` ("-" where missing)."""
-    return ["-" if (v := get(r)) is None else fmt.format(v) for _, get, fmt in COLUMNS]
+    return ["-" if (v := get(r)) is None else fmt.format(v) for _, get, fmt in columns]
+
+
+def file_label(e: ModelEntry) -> str:
+    """A file in the pick list: name, quantization, size, where it was found (or its error)."""
+    name = escape(Path(e.path).name)
+    if not e.ok:
+        return f"[$error]{name}: {escape(e.error)}[/]"
+    size, folder = f"{e.size_bytes / 2**20:,.1f} MiB", escape(str(Path(e.path).parent))
+    return f"{name}  [b]{e.quant}[/]  {size}  [$text-muted]{e.source}: {folder}[/]"
+
+
+def progress_text(done: int, total: int, seconds: float) -> str:
+    """A file's text scoring so far: tokens scored / total, rate, time left."""
+    rate = done / seconds if seconds > 0 else 0.0
+    eta = f", {(total - done) / rate:.0f} s left" if rate > 0 and done < total else ""
+    return f"{done}/{total} tokens, {rate:,.0f} t/s{eta}"
 
 
 def short_name(name: str, width: int = NAME_WIDTH) -> str:
@@ -32,13 +65,14 @@ def short_name(name: str, width: int = NAME_WIDTH) -> str:
     return name[:head] + "…" + name[-(width - 1 - head) :]
 
 
-def status_text(r: RunResult) -> str:
+def status_text(r: RunResult, best: bool = False) -> str:
     """One word or two for a finished run (the full error is shown with its reply)."""
     if r.error:
         return "✗ failed"
     if r.note:
         return "⚠ see note"
-    return "reference" if r.is_reference else "ok"
+    word = "reference" if r.is_reference else "ok"
+    return f"{BEST} best, {word}" if best else word
 
 
 def bar(value: float, top: float, width: int = BAR_WIDTH) -> str:
@@ -56,20 +90,27 @@ def labels(runs: Sequence[RunResult]) -> list[str]:
     return [short_name(r.name, LABEL_WIDTH) for r in runs]
 
 
-def bars_markup(result: CompareResult) -> str:
-    """Decode speed, agreement and size as bars (the longest bar is the best or largest)."""
+def bars_markup(result: CompareResult, best: str | None = None) -> str:
+    """Size, RSS, decode speed, KLD and perplexity as bars, each scaled to its largest value;
+    a figure no run has is left out, and `best` (a path) is marked with a star."""
     names = labels(result.runs)
     width = max(len(n) for n in names)
     out: list[str] = []
-    for title, get, unit in BARS:
-        values = [get(r) or 0.0 for r in result.runs]
-        top = max(values, default=0.0)
+    for title, get, fmt in BARS:
+        values = [None if r.error else get(r) for r in result.runs]
+        if all(v is None for v in values):
+            continue
+        top = max((v for v in values if v is not None), default=0.0)
         out.append(f"[b $accent]{title}[/]")
         for name, r, v in zip(names, result.runs, values, strict=True):
-            shown = f"[$spark-max]{bar(v, top)}[/] {v:.1f}{unit}"
             if r.error:
                 shown = "[$error]failed[/]"
-            out.append(f" {escape(name.ljust(width))} {shown}")
+            elif v is None:
+                shown = "[$text-muted]-[/]"
+            else:
+                shown = f"[$spark-max]{bar(v, top)}[/] {fmt.format(v)}"
+            mark = f"[$warning]{BEST}[/]" if r.path == best else " "
+            out.append(f"{mark}{escape(name.ljust(width))} {shown}")
     return "\n".join(out)
 
 
@@ -82,31 +123,38 @@ class CompareTable(DataTable):
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
-        first, *rest = [header for header, _, _ in COLUMNS]
+        self._set_columns(COLUMNS)
+
+    def _set_columns(self, columns: tuple) -> None:
+        self.clear(columns=True)
+        first, *rest = [header for header, _, _ in columns]
         self.add_column(first, key=first)
         self.add_column(STATUS, key=STATUS)
         for header in rest:
             self.add_column(header, key=header)
 
-    def queue(self, files: Sequence[str]) -> None:
-        """Rows for files about to run, figures empty."""
-        self.clear()
-        blank = [""] * (len(COLUMNS) - 1)
+    def queue(self, files: Sequence[str], text: bool = False) -> None:
+        """Rows for files about to run, figures empty (`text`: with the text-scoring columns)."""
+        columns = table_columns(text)
+        self._set_columns(columns)
+        blank = [""] * (len(columns) - 1)
         for path in files:
             self.add_row(short_name(Path(path).name), "queued", *blank, key=path)
 
     def mark(self, path: str, status: str) -> None:
         """Set one row's status (a path not in the table is ignored)."""
         if path in self.rows:
-            self.update_cell(path, STATUS, status)
+            self.update_cell(path, STATUS, status, update_width=True)
 
-    def show(self, result: CompareResult) -> None:
-        """The figures of a finished comparison, failures in the error colour."""
-        self.clear()
+    def show(self, result: CompareResult, best: str | None = None) -> None:
+        """The figures of a comparison, failures in the error colour, `best` (a path) starred."""
+        columns = table_columns(bool(result.text_file))
+        self._set_columns(columns)
         bad = self.app.theme_variables.get("error", "red")
         warn = self.app.theme_variables.get("warning", "yellow")
         for r in result.runs:
-            row: list[str | Text] = [short_name(r.name), status_text(r), *cells(r)[1:]]
+            status = status_text(r, r.path == best)
+            row: list[str | Text] = [short_name(r.name), status, *cells(r, columns)[1:]]
             if r.error or r.note:
                 style = bad if r.error else warn
                 row[0] = Text(str(row[0]), style=style, end="")
