@@ -81,9 +81,6 @@ class NgramDrafter:
                 return seq[at : at + k]
         return []
 
-    def close(self) -> None:
-        pass
-
 
 class ModelDrafter:
     """A smaller model with the same vocabulary drafts greedily; its KV cache follows the
@@ -114,10 +111,6 @@ class ModelDrafter:
             if len(drafts) == k or w.decode_one(tok):
                 break
         return drafts
-
-    def close(self) -> None:
-        self.w.lib.llama_memory_clear(self.w.mem, True)
-        self.w.kv_tokens = []
 
 
 def vocab_mismatch(target: Worker, draft: Worker) -> str:

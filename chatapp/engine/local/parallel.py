@@ -6,13 +6,13 @@ import codecs
 import time
 from typing import TYPE_CHECKING
 
-from chatapp.engine.local.candidates import rank, ranked_size, token_logprob, top_candidates
+from chatapp.engine.local.candidates import ranked_size
 from chatapp.engine.local.token_loop import (
     Generation,
     RecentTokens,
     SubsetSampler,
     build_chain,
-    subset_exact,
+    sample_row,
 )
 from chatapp.engine.protocol import (
     Failed,
@@ -55,7 +55,7 @@ class ParallelGeneration(Generation):
         w, req = self.w, self.req
         n = min(req.n_alternatives, w.n_seq_max)  # loaded_model.PARALLEL_SEQUENCES
         t_request = time.perf_counter()
-        rendered, warning = w.render_prompt(req)
+        rendered, _ = w.render_prompt(req)  # (a template fallback was said by plain replies)
         prompt = w.tokenize(rendered, add_bos=w.add_bos)
         if w.n_ctx - len(prompt) < n:
             self.send(Failed(f"the prompt is {len(prompt)} tokens; it leaves no room"), flush=True)
@@ -144,16 +144,9 @@ class ParallelGeneration(Generation):
         if len(q.tokens) >= settings.max_tokens:
             q.reason = StopReason.MAX_TOKENS
             return
-        logits = w.logits(q.row)
-        idx, log_z = rank(logits, m, req.top_n > 0)
-        cands = ()
-        if req.top_n > 0:
-            cands = top_candidates(logits, settings, q.recent, req.top_n, w.piece, idx=idx,
-                                   log_z=log_z)  # fmt: skip
-        if subset_exact(settings, idx.shape[0]):
-            tok = subset.sample(q.chain, logits, idx)
-        else:
-            tok = lib.llama_sampler_sample(q.chain, w.ctx, q.row)
+        tok, cands, logprob = sample_row(
+            w, q.chain, subset, q.row, settings, q.recent, m, req.top_n
+        )
         t_tok = time.perf_counter()
         if not req.ignore_eos and lib.llama_vocab_is_eog(w.vocab, tok):
             q.reason = StopReason.EOG
@@ -164,7 +157,6 @@ class ParallelGeneration(Generation):
         piece = w.piece(tok)
         delta = q.decoder.decode(piece)
         q.parts.append(delta)
-        logprob = token_logprob(logits, tok, log_z) if req.top_n > 0 else None
         self.send(
             Token(len(q.tokens) - 1, tok, piece, delta, t_tok, logprob, cands, seq=q.seq),
             flush=index == 0 and q.seq == 0,

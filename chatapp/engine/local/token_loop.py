@@ -138,6 +138,32 @@ def subset_exact(s: SamplerSettings, m: int) -> bool:
     return s.greedy or 0 < s.top_k <= m
 
 
+def sample_row(
+    w: Worker,
+    chain,
+    subset: SubsetSampler,
+    row: int,
+    s: SamplerSettings,
+    recent,
+    m: int,
+    top_n: int,
+):
+    """One token from one logits row: the candidates to report (top_n of them), the token the
+    chain picks (among the m ranked when that is exact, else over the whole vocabulary) and
+    its log-probability before the samplers (None without candidates)."""
+    logits = w.logits(row)
+    idx, log_z = rank(logits, m, top_n > 0)
+    cands: tuple = ()
+    if top_n > 0:
+        cands = top_candidates(logits, s, recent, top_n, w.piece, idx=idx, log_z=log_z)
+    if subset_exact(s, idx.shape[0]):
+        tok = subset.sample(chain, logits, idx)
+    else:
+        tok = w.lib.llama_sampler_sample(chain, w.ctx, row)
+    logprob = token_logprob(logits, tok, log_z) if top_n > 0 else None
+    return tok, cands, logprob
+
+
 class Generation:
     """One reply: prefill, then sample token by token, checking the pipe between tokens."""
 
@@ -265,7 +291,7 @@ class Generation:
         reason = StopReason.MAX_TOKENS
         detail = ""
         text = ""
-        lib, ctx = w.lib, w.ctx
+        lib = w.lib
         subset = SubsetSampler(lib, 256)
         n_banned = len(w.eog_tokens()) if req.ignore_eos else 0
         m = ranked_size(s, req.top_n, w.n_vocab, n_banned)
@@ -289,26 +315,15 @@ class Generation:
                     if index - len(prefix) >= s.max_tokens:
                         reason = StopReason.MAX_TOKENS
                         break
-                logits = w.logits(spec.row)
-                cands: tuple = ()
-                logprob = None
-                idx, log_z = rank(logits, m, req.top_n > 0)
-                if req.top_n > 0:
-                    cands = top_candidates(
-                        logits, s, recent, req.top_n, w.piece, idx=idx, log_z=log_z
-                    )
-                if subset_exact(s, idx.shape[0]):
-                    tok = subset.sample(chain, logits, idx)
-                else:
-                    tok = lib.llama_sampler_sample(chain, ctx, spec.row)
+                tok, cands, logprob = sample_row(
+                    w, chain, subset, spec.row, s, recent, m, req.top_n
+                )
                 t_tok = time.perf_counter()
                 if not req.ignore_eos and lib.llama_vocab_is_eog(w.vocab, tok):
                     reason = StopReason.EOG
                     break
                 drafted, rejected = spec.check(tok)
                 times.append(t_tok)
-                if req.top_n > 0:
-                    logprob = token_logprob(logits, tok, log_z)
                 piece = w.piece(tok)
                 delta = decoder.decode(piece)
                 text_parts.append(delta)
