@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from chatapp.commands.settings import (
-    draft_source,
+    draft_choice,
     load_options,
     read_config,
     resolve_server,
@@ -147,7 +147,7 @@ def chat(
     if think is not None:
         config = replace(config, think=think)
     url, remote = resolve_server(server, api_key_env, model_name, config)
-    kind, draft_model = draft_source(draft, config)
+    kind, draft_model = draft_choice(draft, config)
     config = replace(config, draft=kind)
     options = load_options(
         model, ctx, ngl, threads, batch, flash_attn, repack, config, find_model=url is None,
@@ -207,7 +207,7 @@ def ask(
         seed=seed,
     )
     url, remote = resolve_server(server, api_key_env, model_name, config)
-    kind, draft_model = draft_source(draft, config)
+    kind, draft_model = draft_choice(draft, config)
     options = load_options(
         model, ctx, ngl, threads, None, flash_attn, repack, config, find_model=url is None,
         draft_model=draft_model,
@@ -280,7 +280,7 @@ def bench(
     ] = 1,
 ) -> None:
     """Decode and prefill speed of the engine vs llama-cpp-python (and llama-bench)."""
-    kind, draft_model = draft_source(draft or "off")
+    kind, draft_model = draft_choice(draft or "off")
     options = load_options(
         model, ctx, ngl, threads, None, flash_attn, repack, read_config(), draft_model=draft_model
     )

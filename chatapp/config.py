@@ -22,6 +22,17 @@ class ConfigError(ChatappError):
     """Remembered UI state could not be saved; str() is one sentence."""
 
 
+def draft_source(value: str) -> tuple[str, str | None]:
+    """What a `draft` value (config key or --draft) asks for: ("ngram", None), ("model", PATH)
+    for a draft model file, or ("", None) for none ("" or "off")."""
+    value = value.strip()
+    if value in ("", "off"):
+        return "", None
+    if value == "ngram":
+        return "ngram", None
+    return "model", str(Path(value).expanduser())
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """One OpenAI-compatible server, from a [servers.NAME] table."""

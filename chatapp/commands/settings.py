@@ -50,19 +50,11 @@ def load_options(
     return replace(options, n_batch=min(options.n_batch, options.n_ctx))
 
 
-def draft_source(value: str | None, config=None) -> tuple[str, str | None]:
-    """Speculative decoding from --draft (else config's `draft`): ("ngram", None),
-    ("model", PATH) for a draft model file, or ("", None) for none ("off")."""
-    from chatapp.config import Config
+def draft_choice(value: str | None, config=None) -> tuple[str, str | None]:
+    """Speculative decoding from --draft, else config's `draft` (config.draft_source)."""
+    from chatapp.config import Config, draft_source
 
-    if value is None:
-        value = (config or Config()).draft
-    value = value.strip()
-    if value in ("", "off"):
-        return "", None
-    if value == "ngram":
-        return "ngram", None
-    return "model", str(Path(value).expanduser())
+    return draft_source((config or Config()).draft if value is None else value)
 
 
 def sampler_settings(config=None, **given: object) -> SamplerSettings:

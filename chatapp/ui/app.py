@@ -12,7 +12,7 @@ from textual import on, work
 
 from chatapp.chat.recorder import ChatHistory
 from chatapp.chat.session import ChatSession, PickError
-from chatapp.config import Config
+from chatapp.config import Config, draft_source
 from chatapp.engine.protocol import (
     ChatMessage,
     Engine,
@@ -76,11 +76,7 @@ class ChatApp(ModelHost):
         )  # fmt: skip
         self.startup_notes = list(startup_notes)
         self.session.enable_thinking = self.config.think
-        self.session.speculation = (
-            self.config.draft
-            if self.config.draft == "ngram"
-            else ("model" if self.config.draft else "")
-        )
+        self.session.speculation = draft_source(self.config.draft)[0]
         self.report = ReplyReport()  # the Speed panel's note on each finished reply
         self.reply: Reply | None = None
         self.last_reply: Reply | None = None
