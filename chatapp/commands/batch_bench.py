@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import sys
 
-from chatapp.engine.protocol import ChatMessage, Finished, GenerateRequest, LoadOptions, Token
+from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions
 from chatapp.metrics import median
+from chatapp.models.compare import reply_ids
 from chatapp.sampling import SamplerSettings
 
 PROMPT = (ChatMessage("user", "Write a long story about a fox who learns to sail a small boat."),)
@@ -20,15 +21,10 @@ def _aggregate_tps(engine, n: int, tokens: int) -> float:
         n_alternatives=n,
         ignore_eos=True,  # every reply runs its full length: the same work each time
     )
-    count, end = 0, None
-    for event in engine.generate(req):
-        if isinstance(event, Token):
-            count += 1
-        elif isinstance(event, Finished):
-            end = event
+    ids, end = reply_ids(engine, req)
     if end is None or end.stats.decode_s <= 0:
         raise RuntimeError("the engine did not finish the benchmark reply")
-    return (count - 1) / end.stats.decode_s
+    return (len(ids) - 1) / end.stats.decode_s
 
 
 def run_batch_bench(options: LoadOptions, n: int, tokens: int, reps: int) -> dict:

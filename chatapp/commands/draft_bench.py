@@ -6,8 +6,9 @@ import json
 import sys
 from dataclasses import dataclass
 
-from chatapp.engine.protocol import ChatMessage, Finished, GenerateRequest, LoadOptions, Token
+from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions
 from chatapp.metrics import GenerationStats, median
+from chatapp.models.compare import reply_ids
 from chatapp.sampling import SamplerSettings
 
 GREEDY = SamplerSettings(temperature=0.0, repeat_penalty=1.0)
@@ -57,13 +58,7 @@ def _reply(engine, task: str, draft: str, tokens: int) -> Side:
         top_n=10,  # as the chat runs: the candidate view is part of every step
         draft=draft,
     )
-    ids: list[int] = []
-    end = None
-    for event in engine.generate(req):
-        if isinstance(event, Token):
-            ids.append(event.id)
-        elif isinstance(event, Finished):
-            end = event
+    ids, end = reply_ids(engine, req)
     if end is None:
         raise RuntimeError("the engine did not finish the benchmark reply")
     return Side(end.stats.decode_tps or 0.0, tuple(ids), end.stats)

@@ -140,7 +140,9 @@ def _peak_rss(pid: int | None) -> int | None:
     return None
 
 
-def _generate(engine, request: GenerateRequest) -> tuple[list[int], Finished | None]:
+def reply_ids(engine, request: GenerateRequest) -> tuple[list[int], Finished | None]:
+    """One reply's token ids and its Finished event (None if it never came); a Failed event
+    raises EngineError."""
     reply: list[int] = []
     finished = None
     for event in engine.generate(request):
@@ -177,7 +179,7 @@ def _run_one(
     scored = text_score = None
     try:
         info = engine.start()
-        reply, finished = _generate(engine, request)
+        reply, finished = reply_ids(engine, request)
         if scoring is None:
             ids = [t.id for t in engine.tokenize(REFERENCE_TEXT, special=False)]
             scored = _Scored(ids, engine.score(ids))
