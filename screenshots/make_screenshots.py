@@ -31,6 +31,15 @@ async def wait_until(pilot, predicate, timeout: float = 120.0) -> None:
     raise TimeoutError("the app did not get there in time")
 
 
+async def ask(pilot, app: ChatApp, text: str) -> None:
+    """Send `text` once the model is loaded and wait for the whole reply."""
+    app.query_one("#prompt").cursor_blink = False
+    await wait_until(pilot, lambda: app.engine is not None)
+    app.query_one("#prompt").text = text
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+
+
 def most_uncertain_step(tokens) -> int:
     """The step whose best candidate is least sure: the most interesting one to show."""
     return min(
@@ -100,11 +109,7 @@ async def thinking_shot() -> None:
         model_label="SmolLM2-135M-Instruct.Q4_1.gguf (thinking template)",
     )
     async with app.run_test(size=SIZE) as pilot:
-        app.query_one("#prompt").cursor_blink = False
-        await wait_until(pilot, lambda: app.engine is not None)
-        app.query_one("#prompt").text = "Why is the sky blue? Think first."
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        await ask(pilot, app, "Why is the sky blue? Think first.")
         app.clear_notifications()
         await pilot.pause(0.3)
         app.save_screenshot(str(OUT / "thinking.svg"))
@@ -119,11 +124,7 @@ async def pick_shot() -> None:
         model_label="SmolLM2-135M-Instruct.Q4_1.gguf",
     )
     async with app.run_test(size=SIZE) as pilot:
-        app.query_one("#prompt").cursor_blink = False
-        await wait_until(pilot, lambda: app.engine is not None)
-        app.query_one("#prompt").text = "Describe the sea at night in two sentences."
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        await ask(pilot, app, "Describe the sea at night in two sentences.")
         step = most_uncertain_step(app.last_reply.tokens[:20])
         app.query_one("#reply-tokens", TokenStrip).cursor = step
         await pilot.pause(0.2)
@@ -151,15 +152,15 @@ async def drafts_shot() -> None:
         config=Config(draft="ngram"),
     )
     async with app.run_test(size=SIZE) as pilot:
-        app.query_one("#prompt").cursor_blink = False
-        await wait_until(pilot, lambda: app.engine is not None)
-        app.query_one("#prompt").text = (
-            "Repeat this text exactly, changing 'keeper' to 'warden': The keeper climbed the "
-            "hundred and twelve steps to the lantern room every morning, cleaned the great lens "
-            "with a soft cloth, and wrote the weather in a leather book."
+        await ask(
+            pilot,
+            app,
+            (
+                "Repeat this text exactly, changing 'keeper' to 'warden': The keeper climbed the "
+                "hundred and twelve steps to the lantern room every morning, cleaned the great lens "
+                "with a soft cloth, and wrote the weather in a leather book."
+            ),
         )
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
         app.query_one("#tabs").active = "tab-tokens"
         strip = app.query_one("#reply-tokens", TokenStrip)
         strip.show_rejected = True
