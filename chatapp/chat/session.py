@@ -248,18 +248,32 @@ class ChatSession:
         chosen one); each is saved as a message of its own."""
         from dataclasses import replace
 
-        parent = first.parent.row if first.parent is not None else None
         for seq, text in enumerate(event.alternatives[1:], start=1):
             reason = event.alternative_reasons[seq] if seq < len(event.alternative_reasons) else ""
-            self.history.begin_reply(self.settings, parent)
             ended = replace(event, text=text, reason=StopReason(reason or event.reason))
-            row = self.history.finish(text, ended, self.settings)
-            answer = split_reply(text, inside=False).answer or text
-            tokens = tuple(self._alt_tokens.get(seq, ()))
-            self.tree.add_beside(Turn(ChatMessage("assistant", answer), text, row, tokens), first)
-        if len(event.alternatives) > 1:
-            self.history.choose(first.row)
+            self.keep_beside(first, ended, self._alt_tokens.get(seq, ()))
         self._alt_tokens = {}
+
+    def keep_beside(
+        self,
+        turn: Turn,
+        event: Finished,
+        tokens: Sequence[Token] = (),
+        model: ModelInfo | None = None,
+    ) -> Turn:
+        """Save a finished reply as another branch beside `turn` (which stays the chosen one),
+        made by `model` when that is not this session's (side by side)."""
+        parent = turn.parent.row if turn.parent is not None else None
+        if model is not None:
+            self.history.set_model(model)
+        self.history.begin_reply(self.settings, parent)
+        row = self.history.finish(event.text, event, self.settings)
+        if model is not None:
+            self.history.set_model(self.info)
+        self.history.choose(turn.row)
+        answer = split_reply(event.text, inside=False).answer or event.text
+        kept = Turn(ChatMessage("assistant", answer), event.text, row, tuple(tokens))
+        return self.tree.add_beside(kept, turn)
 
     def failed(self, message: str) -> str:
         """The reply failed: what it wrote so far stays (and is returned)."""

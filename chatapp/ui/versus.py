@@ -12,10 +12,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Input, Static
 
-from chatapp.chat.branches import Turn
 from chatapp.chat.recorder import ChatHistory
 from chatapp.chat.session import ChatSession
-from chatapp.engine.protocol import ChatMessage, Engine, Token
+from chatapp.engine.protocol import Engine, Token
 from chatapp.errors import ChatappError
 from chatapp.sampling import SamplerSettings
 from chatapp.stats_text import decode_text, ttft_text
@@ -296,14 +295,7 @@ class VersusApp(App):
         last = a.tree.last
         if ev is None or "a" not in self.finished or last.role != "assistant":
             return
-        history = a.history
-        history.set_model(b.info)
-        history.begin_reply(b.settings, last.parent.row if last.parent else None)
-        row = history.finish(ev.text, ev, b.settings)
-        history.set_model(a.info)
-        history.choose(last.row)
-        turn = Turn(ChatMessage("assistant", ev.text), ev.text, row, tuple(self.column("b").tokens))
-        a.tree.add_beside(turn, last)
+        a.keep_beside(last, ev, self.column("b").tokens, model=b.info)
 
     # ---- keys and the sampler ---------------------------------------------------------------
 
