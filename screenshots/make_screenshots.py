@@ -139,6 +139,13 @@ async def pick_shot() -> None:
         app.save_screenshot(str(OUT / "pick-token.svg"))
 
 
+REWRITE = (
+    "Repeat this text exactly, changing 'keeper' to 'warden': The keeper climbed the hundred "
+    "and twelve steps to the lantern room every morning, cleaned the great lens with a soft "
+    "cloth, and wrote the weather in a leather book."
+)
+
+
 async def drafts_shot() -> None:
     """Speculative decoding with n-gram drafts on a rewrite: accepted drafts underlined in the
     Tokens tab, the drafts turned down shown (d), the Speed panel's note on the reply."""
@@ -152,15 +159,7 @@ async def drafts_shot() -> None:
         config=Config(draft="ngram"),
     )
     async with app.run_test(size=SIZE) as pilot:
-        await ask(
-            pilot,
-            app,
-            (
-                "Repeat this text exactly, changing 'keeper' to 'warden': The keeper climbed the "
-                "hundred and twelve steps to the lantern room every morning, cleaned the great lens "
-                "with a soft cloth, and wrote the weather in a leather book."
-            ),
-        )
+        await ask(pilot, app, REWRITE)
         app.query_one("#tabs").active = "tab-tokens"
         strip = app.query_one("#reply-tokens", TokenStrip)
         strip.show_rejected = True
