@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from chatapp.engine.local import cpu_backend, loaded_model, token_loop
@@ -16,12 +18,17 @@ class Collect:
 
     def __init__(self) -> None:
         self.events: list = []
+        self._quiet, self._unused = os.pipe()  # what the loop polls: never readable
 
     def send(self, message) -> None:
         self.events.extend(message[1])
 
-    def poll(self) -> bool:
-        return False
+    def fileno(self) -> int:
+        return self._quiet
+
+    def __del__(self) -> None:
+        os.close(self._quiet)
+        os.close(self._unused)
 
 
 @pytest.fixture(scope="module")

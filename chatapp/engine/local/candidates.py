@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Container
+from math import exp, fsum
 
 import numpy as np
 
@@ -28,8 +29,11 @@ def _scratch(n: int) -> np.ndarray:
 
 
 def log_normalizer(logits: np.ndarray, top: float) -> float:
-    """log(sum(exp(logits))) computed around the maximum, without temporaries."""
+    """log(sum(exp(logits))) computed around the maximum `top`, without temporaries."""
     buf = _scratch(logits.shape[0])
+    if -50.0 < top < 70.0:  # exp(logits) itself neither overflows nor loses the largest terms
+        np.exp(logits, out=buf)  # (one pass fewer than subtracting the maximum first)
+        return float(np.log(buf.sum()))
     np.subtract(logits, np.float32(top), out=buf)
     np.exp(buf, out=buf)
     return top + float(np.log(buf.sum()))  # float32 pairwise sum of values <= 1: exact enough
@@ -50,12 +54,15 @@ def ranked_size(settings: SamplerSettings, top_n: int, n_vocab: int, banned: int
 
 
 def rank(logits: np.ndarray, m: int, normalize: bool = True) -> tuple[np.ndarray, float]:
-    """Ids of the m largest logits (unordered) and log(sum(exp(logits))) (nan when not
-    `normalize`), in a few passes.
+    """Ids of at least the m largest logits (unordered; a few more when they tie with the
+    threshold below) and log(sum(exp(logits))) (nan when not `normalize`), in a few passes.
 
     The threshold is the m-th largest of the maxima of n/BLOCK groups: at least m logits
-    reach it, and usually only a few more, so the final partition is over ~m values
-    instead of the whole vocabulary (a full argpartition of 49k logits costs ~0.4 ms).
+    reach it, and usually only a few more, so no partition of the whole vocabulary is needed
+    (a full argpartition of 49k logits costs ~0.4 ms). Every numpy call counts: this runs
+    right after a decode, with the caches cold, where each costs ~20 us, so the few extra
+    tokens are kept rather than cut with three more calls (the samplers are exact on any set
+    that holds the m best).
     """
     n = logits.shape[0]
     blocks = n // BLOCK
@@ -63,29 +70,32 @@ def rank(logits: np.ndarray, m: int, normalize: bool = True) -> tuple[np.ndarray
         log_z = log_normalizer(logits, float(logits.max())) if normalize else float("nan")
         sel = np.argpartition(logits, n - m)[n - m :] if m < n else np.arange(n)
         return sel, log_z
+    tail = n - blocks * BLOCK
     # Groups of BLOCK logits, strided (column maxima of a row-major reshape are the fast ones).
-    maxima = logits[: blocks * BLOCK].reshape(BLOCK, blocks).max(axis=0)
-    top = max(float(maxima.max()), float(logits[blocks * BLOCK :].max(initial=-np.inf)))
-    log_z = log_normalizer(logits, top) if normalize else float("nan")
-    threshold = np.partition(maxima, blocks - m)[blocks - m]
+    grid = (logits[: blocks * BLOCK] if tail else logits).reshape(BLOCK, blocks)
+    # One partition places both the m-th largest group maximum and the largest.
+    part = np.partition(grid.max(axis=0), (blocks - m, blocks - 1))
+    threshold = part[blocks - m]
+    if normalize:
+        top = float(part[blocks - 1])
+        if tail:
+            top = max(top, float(logits[blocks * BLOCK :].max()))
+        log_z = log_normalizer(logits, top)
+    else:
+        log_z = float("nan")
     sel = np.flatnonzero(logits >= threshold)
-    if sel.shape[0] > m:
-        vals = logits[sel]
-        sel = sel[np.argpartition(vals, sel.shape[0] - m)[sel.shape[0] - m :]]
+    if sel.shape[0] > 4 * m:  # many ties (a flat row): cut to m after all
+        sel = sel[np.argpartition(logits[sel], sel.shape[0] - m)[sel.shape[0] - m :]]
     return sel, log_z
 
 
-def penalized(raw: np.ndarray, ids: list[int], recent: Container[int], rp: float) -> np.ndarray:
+def penalized(raw: list[float], ids: list[int], recent: Container[int], rp: float) -> list[float]:
     """Logits after llama.cpp's repetition penalty: positive ones divided, negative multiplied."""
     if rp == 1.0 or not recent:
         return raw
-    hit = [i for i, t in enumerate(ids) if t in recent]
-    if not hit:
-        return raw
-    out = raw.copy()
-    v = out[hit]
-    out[hit] = np.where(v > 0, v / rp, v * rp)
-    return out
+    return [
+        (v / rp if v > 0 else v * rp) if t in recent else v for t, v in zip(ids, raw, strict=True)
+    ]
 
 
 def top_candidates(
@@ -101,55 +111,59 @@ def top_candidates(
 
     Returns the top `top_n` candidates. Probabilities after the samplers are exact when the
     kept set lies within the ranked best (top-k bounds it); otherwise the tail outside them is
-    counted with its raw logits.
+    counted with its raw logits. Plain Python floats (float64) over the ~100 ranked values:
+    cheaper than a few dozen numpy calls on tiny arrays, each slow with the caches cold (this
+    runs right after a decode, on every token).
     """
     if idx is None or log_z is None:
         idx, log_z = rank(logits, ranked_size(settings, top_n, logits.shape[0]))
     m = idx.shape[0]
-    raw = logits[idx].astype(np.float64)
-    pen = penalized(raw, idx.tolist(), recent, settings.repeat_penalty)
-    order = np.argsort(-pen, kind="stable")
-    idx, raw, pen = idx[order], raw[order], pen[order]
+    ids0 = idx.tolist()
+    raw0 = logits[idx].tolist()
+    pen0 = penalized(raw0, ids0, recent, settings.repeat_penalty)
+    order = sorted(range(m), key=pen0.__getitem__, reverse=True)  # stable for ties
+    ids = [ids0[i] for i in order]
+    raw = [raw0[i] for i in order]
+    pen = [pen0[i] for i in order]
     best = pen[0]
 
     k = settings.top_k
     bounded = 0 < k <= m
     # Probabilities among the top-k survivors (the whole vocabulary when top-k is off or wide).
-    p_pen = np.exp(pen - best)
+    p_pen = [exp(v - best) for v in pen]
     if bounded:
-        z_pen = p_pen[:k].sum()
+        z_pen = fsum(p_pen[:k])
     else:
-        z_pen = np.exp(log_z - best) - np.exp(raw - best).sum() + p_pen.sum()
-    q = p_pen / z_pen
+        z_pen = exp(log_z - best) - fsum(exp(v - best) for v in raw) + fsum(p_pen)
+    q = [x / z_pen for x in p_pen]
 
     n_k = k if 0 < k < m else m  # how many survive top-k
     n_p = m  # top-p keeps up to the first token where the mass of the top-k survivors reaches p
     if settings.top_p < 1.0:
-        reached = int(np.searchsorted(np.cumsum(q[:n_k]), settings.top_p))
-        if reached < n_k:
-            n_p = reached + 1
-    kept_min = q >= settings.min_p * q[0] if settings.min_p > 0 else None
-    n_kept = min(n_k, n_p, int(kept_min.sum()) if kept_min is not None else m)  # q descends
-
-    if settings.greedy:
-        final = np.zeros(m)
-        final[0] = 1.0
-    else:
-        t = settings.temperature
-        scaled = np.exp((pen[:n_kept] - best) / t)
-        z_final = scaled.sum()
-        if n_kept == m and not bounded:
-            z_final += _kept_tail_mass(logits, idx, q, z_pen, best, settings)
-        final = np.zeros(m)
-        final[:n_kept] = scaled / z_final
+        mass = 0.0
+        for i in range(n_k):
+            mass += q[i]
+            if mass >= settings.top_p:
+                n_p = i + 1
+                break
+    n_min = m  # min-p keeps a prefix too: q descends
+    if settings.min_p > 0:
+        floor = settings.min_p * q[0]
+        n_min = next((i for i, x in enumerate(q) if x < floor), m)
+    n_kept = min(n_k, n_p, n_min)
 
     n = min(top_n, m)
-    ids = idx[:n].tolist()
-    p_raw = np.exp(raw[:n] - log_z).tolist()
-    p_fin = final[:n].tolist()
-    mins = kept_min[:n].tolist() if kept_min is not None else [True] * n
+    if settings.greedy:
+        final = [1.0] + [0.0] * (n - 1)
+    else:
+        t = settings.temperature
+        scaled = [exp((v - best) / t) for v in pen[:n_kept]]
+        z_final = fsum(scaled)
+        if n_kept == m and not bounded:
+            z_final += _kept_tail_mass(logits, idx, np.array(q), z_pen, best, settings)
+        final = [x / z_final for x in scaled[:n]] + [0.0] * max(0, n - n_kept)
     return tuple(
-        Candidate(ids[i], piece(ids[i]), p_raw[i], p_fin[i], i < n_k, i < n_p, mins[i])
+        Candidate(ids[i], piece(ids[i]), exp(raw[i] - log_z), final[i], i < n_k, i < n_p, i < n_min)
         for i in range(n)
     )
 

@@ -118,6 +118,8 @@ class Worker:
         self.n_batch = options.n_batch
         self.n_seq_max = llama_cpp.llama_n_seq_max(self.ctx)
         self.batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        b = self.batch  # its arrays, fetched once: each `b.token` access builds a new pointer
+        self._one = (b.token, b.pos, b.n_seq_id, b.seq_id[0], b.logits)
         self.kv_tokens: list[int] = []
         self.replies = 0
         self._pieces: dict[int, bytes] = {}
@@ -314,12 +316,13 @@ class Worker:
         del self.kv_tokens[keep:]
 
     def decode_one(self, token: int) -> int:
+        tokens, pos, n_seq_id, seq_id, logits = self._one
+        tokens[0] = token
+        pos[0] = len(self.kv_tokens)
+        n_seq_id[0] = 1
+        seq_id[0] = 0
+        logits[0] = True
         b = self.batch
-        b.token[0] = token
-        b.pos[0] = len(self.kv_tokens)
-        b.n_seq_id[0] = 1
-        b.seq_id[0][0] = 0
-        b.logits[0] = True
         b.n_tokens = 1
         code = self.lib.llama_decode(self.ctx, b)
         if code == 0:
