@@ -65,6 +65,9 @@ class Config:
     repack: bool | None = None
     """llama.cpp's extra CPU buffer types (AMX, weight repacking); None (absent) = on, unless
     they crashed on this machine."""
+    huge_pages: bool | None = None
+    """Transparent huge pages for the model worker's large buffers (KV cache); None (absent)
+    = on where Linux offers them."""
     draft: str = ""
     """Speculative decoding: "ngram" (drafts looked up in the prompt and reply), a GGUF file
     with the model's vocabulary (a draft model), or "" / "off" (one token at a time)."""
@@ -226,6 +229,7 @@ class _Loader:
             "threads": _threads,
             "flash_attn": _flag,
             "repack": _flag,
+            "huge_pages": _flag,
             "think": _flag,
             "draft": self.draft,
             "system_prompt": _text,
@@ -342,6 +346,7 @@ def to_toml(config: Config) -> str:
         "threads": config.threads or 0,
         "flash_attn": config.flash_attn,
         "repack": config.repack,
+        "huge_pages": config.huge_pages,
         "think": config.think,
         "draft": config.draft or None,
         "system_prompt": config.system_prompt,

@@ -54,6 +54,7 @@ def load_settings(info) -> dict | None:
         "threads": info.n_threads,
         "flash_attn": info.flash_attn,
         "repack": info.repack,
+        "huge_pages": info.huge_pages,
         "extra_buffers": list(info.extra_buffers),
         "n_gpu_layers": info.n_gpu_layers,
         "tuned": info.tuned,

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from chatapp import paths
+from chatapp.engine.local import huge_pages
 from chatapp.engine.protocol import Finished, GenerateRequest, LoadOptions
 from chatapp.metrics import median
 from chatapp.sampling import SamplerSettings
@@ -137,6 +138,8 @@ def llama_bench_run(
     """pp at depth 0, and tg after n_prompt tokens (-d), as the engine's runs are.
 
     variant "fa0" / "fa1": flash attention off / on with the engine's threads and repack;
+    "fa0+huge": fa0 run with the engine's transparent huge pages (engine/local/huge_pages.py:
+    not a llama-bench flag, measured so that what the pages alone are worth shows);
     "default": llama-bench's own defaults (flash attention auto, its thread count, repack
     on), i.e. what llama.cpp does when nobody chooses."""
     ngl = str(options.n_gpu_layers if options.n_gpu_layers >= 0 else 99)
@@ -144,13 +147,17 @@ def llama_bench_run(
         str(exe), "-m", options.model_path, "-ngl", ngl,
         "-b", str(options.n_batch), "-ub", str(options.n_batch), "-r", "1", "-o", "json",
     ]  # fmt: skip
-    if variant != "default":
-        common += ["-t", str(options.threads), "-fa", variant[-1]]
+    flags, _, pages = variant.partition("+")
+    if flags != "default":
+        common += ["-t", str(options.threads), "-fa", flags[-1]]
         common += ["--repack", "0" if options.repack is False else "1"]
 
     def avg_ts(*args: str) -> float:
         cmd = [*common, *args]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600).stdout
+        with huge_pages.for_children(True if pages else False):
+            out = subprocess.run(
+                cmd, capture_output=True, text=True, check=True, timeout=600
+            ).stdout
         return float(json.loads(out[out.index("[") :])[0]["avg_ts"])
 
     try:
@@ -168,6 +175,7 @@ def llama_bench_run(
 LLAMA_BENCH_VARIANTS = {
     "llama-bench fa0": "fa0",
     "llama-bench fa1": "fa1",
+    "llama-bench fa0 huge": "fa0+huge",
     "llama.cpp default": "default",
 }
 
@@ -206,12 +214,16 @@ def run_bench(
         info = engine.info
         # every contender runs what the engine chose here (tuned, or the CPU's defaults)
         options = replace(
-            options, n_threads=info.n_threads, flash_attn=info.flash_attn, repack=info.repack
+            options,
+            n_threads=info.n_threads,
+            flash_attn=info.flash_attn,
+            repack=info.repack,
+            huge_pages=info.huge_pages,
         )
-        with (
-            ctx.Pool(1, _lcp_init, (options, log)) as pool,
-            ctx.Pool(1, _bare_init, (options, log)) as bare,
-        ):
+        with huge_pages.for_children(info.huge_pages):  # the references get what the engine got
+            pool = ctx.Pool(1, _lcp_init, (options, log))
+            bare = ctx.Pool(1, _bare_init, (options, log))
+        with pool, bare:
             sides = {"engine": engine, "llama-cpp-python": pool, "bare decode": bare}
             _alternate(sides, options, results, tokens, prompt_tokens, reps, llama_bench, as_json)
     if llama_bench:
@@ -302,6 +314,7 @@ def summarize(
         "n_gpu_layers": options.n_gpu_layers,
         "flash_attn": options.flash_attn,
         "repack": options.repack,
+        "huge_pages": options.huge_pages,
         "depth": prompt_tokens,
         "tokens": tokens,
         "prompt_tokens": prompt_tokens,
@@ -315,7 +328,8 @@ def summarize(
 def format_report(report: dict) -> str:
     lines = [
         f"model {Path(report['model']).name}, {report['threads']} threads, flash attention "
-        f"{_on(report['flash_attn'])}, repack {_on(report['repack'])}, "
+        f"{_on(report['flash_attn'])}, repack {_on(report['repack'])}, huge pages "
+        f"{_on(report.get('huge_pages'))}, "
         f"pp{report['prompt_tokens']} tg{report['tokens']} at depth {report['depth']}, "
         f"median of {report['reps']}",
         f"{'':<20}{'prefill t/s':>12}{'decode t/s':>12}",

@@ -77,6 +77,9 @@ class LoadOptions:
     repack: bool | None = None
     """llama.cpp's extra CPU buffer types (AMX, CPU_REPACK weight repacking); None = on,
     unless they crashed on this machine and build (remembered) or the tune turned them off."""
+    huge_pages: bool | None = None
+    """Transparent huge pages for the worker's large buffers (engine/local/huge_pages.py);
+    None = on where Linux offers them."""
     chat_template: str | None = None
     """A jinja chat template used instead of the file's own (None = the file's)."""
     draft_model: str | None = None
@@ -110,6 +113,7 @@ class ModelInfo:
     flash_attn: bool = False  # as llama.cpp resolved it (read from its log)
     repack: bool = True  # extra CPU buffer types allowed
     extra_buffers: tuple[str, ...] = ()  # extra CPU buffer types in use (AMX, CPU_REPACK)
+    huge_pages: bool = False  # the worker's large buffers got transparent huge pages
     tuned: bool = False  # threads / flash attention / repack came from `chatapp tune`
     draft_model: str = ""  # path of the draft model loaded beside it ("" = none)
 

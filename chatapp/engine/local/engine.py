@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from chatapp import paths
-from chatapp.engine.local import cpu_backend, gpu_fallback, machine
+from chatapp.engine.local import cpu_backend, gpu_fallback, huge_pages, machine
 from chatapp.engine.local.perplexity import PerplexityJob
 from chatapp.engine.local.worker_log import WorkerLog, extra_buffers_from_log, useful_lines
 from chatapp.engine.protocol import (
@@ -134,7 +134,7 @@ class LocalEngine:
             name="chatapp-worker",
             daemon=True,
         )
-        with real_std_streams():
+        with real_std_streams(), huge_pages.for_children(options.huge_pages):
             proc.start()
         child.close()
         side_child.close()

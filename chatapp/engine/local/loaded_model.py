@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chatapp.engine.local import template
+from chatapp.engine.local import huge_pages, template
 from chatapp.engine.local.timebound import call_with_timeout
 from chatapp.engine.local.worker_log import (
     extra_buffers_from_log,
@@ -161,6 +161,7 @@ class Worker:
             n_params=int(llama_cpp.llama_model_n_params(self.model)),
             flash_attn=bool(options.flash_attn),
             repack=options.repack is not False,
+            huge_pages=huge_pages.in_use(),
         )
 
     def warm_up(self) -> int:
