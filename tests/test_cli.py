@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from chatapp.engine.local import machine
+from chatapp.engine.local import huge_pages, machine
 
 
 def chatapp(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -64,6 +64,8 @@ def test_ask_json_has_the_documented_keys():
         "threads": os.cpu_count(),
         "flash_attn": False,  # off on the CPU unless tuned or asked for
         "repack": not crashed,
+        # transparent huge pages where the kernel offers them on request (or to everyone)
+        "huge_pages": huge_pages.available(),
         "extra_buffers": data["settings"]["extra_buffers"] if not crashed else [],
         "n_gpu_layers": 0,
         "tuned": False,
