@@ -11,7 +11,8 @@ import pytest
 from chatapp.commands.ask import load_settings
 from chatapp.engine.local import huge_pages
 from chatapp.engine.local.engine import LocalEngine
-from chatapp.engine.protocol import LoadOptions
+from chatapp.engine.protocol import LoadOptions, ModelInfo
+from chatapp.ui.widgets.stats import run_settings
 
 
 @pytest.mark.parametrize(
@@ -77,3 +78,13 @@ def test_the_worker_gets_huge_pages_only_when_asked(model_path):
         assert got_on is False and got_off is False
     else:  # "always": the kernel decides for both
         pytest.skip('THP is "always" here: the option cannot change it')
+
+
+def test_the_stats_panel_says_so():
+    info = ModelInfo(
+        path="m.gguf", n_vocab=10, n_ctx=64, n_ctx_train=64, load_s=0.1,
+        gpu_offload_supported=False, n_gpu_layers=0, n_layers=2, n_threads=2,
+        has_chat_template=True, repack=False,
+    )  # fmt: skip
+    assert run_settings(info) == "2 · fa off · repack off"
+    assert run_settings(replace(info, huge_pages=True)) == "2 · fa off · repack off · huge pages"

@@ -52,14 +52,16 @@ def context_bar(used: int, total: int, width: int = 20) -> Text:
 
 
 def run_settings(info: ModelInfo) -> str:
-    """How llama.cpp runs here: threads, flash attention, extra CPU buffers, whether tuned."""
+    """How llama.cpp runs here: threads, flash attention, extra CPU buffers, huge pages,
+    whether tuned."""
     fa = "fa on" if info.flash_attn else "fa off"
     repack = (
         ("repack " + "+".join(info.extra_buffers))
         if info.extra_buffers
         else ("repack on" if info.repack else "repack off")
     )
-    return f"{info.n_threads} · {fa} · {repack}" + (" · tuned" if info.tuned else "")
+    pages = " · huge pages" if info.huge_pages else ""
+    return f"{info.n_threads} · {fa} · {repack}{pages}" + (" · tuned" if info.tuned else "")
 
 
 class StatsPanel(Vertical):
