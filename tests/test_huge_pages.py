@@ -87,4 +87,4 @@ def test_the_stats_panel_says_so():
         has_chat_template=True, repack=False,
     )  # fmt: skip
     assert run_settings(info) == "2 · fa off · repack off"
-    assert run_settings(replace(info, huge_pages=True)) == "2 · fa off · repack off · huge pages"
+    assert run_settings(replace(info, huge_pages=True)) == "2 · fa off · repack off · THP"

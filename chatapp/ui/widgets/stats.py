@@ -60,7 +60,7 @@ def run_settings(info: ModelInfo) -> str:
         if info.extra_buffers
         else ("repack on" if info.repack else "repack off")
     )
-    pages = " · huge pages" if info.huge_pages else ""
+    pages = " · THP" if info.huge_pages else ""  # transparent huge pages
     return f"{info.n_threads} · {fa} · {repack}{pages}" + (" · tuned" if info.tuned else "")
 
 
