@@ -39,6 +39,19 @@ if TYPE_CHECKING:
 FLUSH_S = 0.05
 
 
+def message_waiting(conn: Connection):
+    """A check, made once per reply, of whether the parent has sent something.
+
+    Connection.poll() builds a selector per call (~80 us with the caches cold after a decode,
+    every token); one poll object registered once costs a single syscall. Where select.poll
+    is missing (Windows) the Connection's own poll is used."""
+    if not hasattr(select, "poll"):
+        return conn.poll
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    return lambda: bool(poller.poll(0))
+
+
 def build_chain(w: Worker, s: SamplerSettings, history: list[int], ban_eog: bool):
     """The native sampler chain for these settings, with the penalties' history accepted."""
     lib = w.lib
@@ -182,10 +195,7 @@ class Generation:
         self.last_flush = 0.0
         self.cancelled = False
         self.new_settings: SamplerSettings | None = None
-        # Connection.poll() builds a selector per call (~80 us with the caches cold after a
-        # decode, every token); one poll object registered once costs a single syscall.
-        self.poller = select.poll()
-        self.poller.register(conn.fileno(), select.POLLIN)
+        self.has_message = message_waiting(conn)
 
     def send(self, event, flush: bool = False) -> None:
         self.pending.append(event)
@@ -196,7 +206,7 @@ class Generation:
             self.last_flush = now
 
     def check_pipe(self) -> None:
-        while self.poller.poll(0):
+        while self.has_message():
             msg = self.conn.recv()
             if msg[0] == "cancel" or msg[0] == "close":
                 self.cancelled = True
