@@ -154,7 +154,7 @@ def llama_bench_run(
 
     def avg_ts(*args: str) -> float:
         cmd = [*common, *args]
-        with huge_pages.for_children(True if pages else False):
+        with huge_pages.for_children(bool(pages)):
             out = subprocess.run(
                 cmd, capture_output=True, text=True, check=True, timeout=600
             ).stdout
