@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import signal
@@ -220,10 +221,11 @@ def run_bench(
             repack=info.repack,
             huge_pages=info.huge_pages,
         )
-        with huge_pages.for_children(info.huge_pages):  # the references get what the engine got
-            pool = ctx.Pool(1, _lcp_init, (options, log))
-            bare = ctx.Pool(1, _bare_init, (options, log))
-        with pool, bare:
+        with contextlib.ExitStack() as pools:
+            # the references start with the pages the engine got
+            with huge_pages.for_children(info.huge_pages):
+                pool = pools.enter_context(ctx.Pool(1, _lcp_init, (options, log)))
+                bare = pools.enter_context(ctx.Pool(1, _bare_init, (options, log)))
             sides = {"engine": engine, "llama-cpp-python": pool, "bare decode": bare}
             _alternate(sides, options, results, tokens, prompt_tokens, reps, llama_bench, as_json)
     if llama_bench:
@@ -329,7 +331,7 @@ def format_report(report: dict) -> str:
     lines = [
         f"model {Path(report['model']).name}, {report['threads']} threads, flash attention "
         f"{_on(report['flash_attn'])}, repack {_on(report['repack'])}, huge pages "
-        f"{_on(report.get('huge_pages'))}, "
+        f"{_on(report['huge_pages'])}, "
         f"pp{report['prompt_tokens']} tg{report['tokens']} at depth {report['depth']}, "
         f"median of {report['reps']}",
         f"{'':<20}{'prefill t/s':>12}{'decode t/s':>12}",
