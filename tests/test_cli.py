@@ -174,6 +174,16 @@ def test_bench_measures_every_contender_and_pairs_the_ratios():
     assert ratios["engine/bare decode"]["decode"] == pytest.approx(sum(by_hand) / 2)
 
 
+def test_bench_ends_llama_bench_runs_on_a_whole_kv_block_that_fits_the_context():
+    from chatapp.commands.bench import aligned_tokens
+
+    # llama-bench's context is depth + tokens: 1024 + 128 attends 1152 cells, a chat 1280
+    assert aligned_tokens(1024, 128, n_ctx=4096) == 256
+    assert aligned_tokens(1024, 256, n_ctx=4096) == 256  # already whole: unchanged
+    assert aligned_tokens(32, 16, n_ctx=4096) == 224
+    assert aligned_tokens(1024, 128, n_ctx=1200) == 128  # 1280 would not fit: as asked
+
+
 def test_bench_ui_says_why_when_the_model_does_not_load(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a model" * 100)

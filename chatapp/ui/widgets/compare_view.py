@@ -178,12 +178,12 @@ class RepliesView(Horizontal):
         yield Static("[$text-muted]the replies appear here when the comparison ends[/]")
 
     async def show(self, runs: Sequence[RunResult]) -> None:
-        """Replace the columns with one per run."""
+        """Replace the columns with one per run. Each column is mounted with its text in one
+        step: mounting into a column afterwards raced with a second result (or the screen
+        closing) removing that column first."""
         await self.remove_children()
         columns = []
         for name, r in zip(labels(runs), runs, strict=True):
-            column = VerticalScroll(classes="failed" if r.error else "")
-            column.border_title = name + (" (reference)" if r.is_reference else "")
             if r.error:
                 text = Static(f"✗ {escape(r.error)}", classes="reply-error")
             else:
@@ -191,7 +191,8 @@ class RepliesView(Horizontal):
                 if r.note:
                     reply = f"{reply}\n\n⚠ {r.note}"
                 text = Static(reply, markup=False, classes="reply-text")
-            columns.append((column, text))
-        await self.mount_all([c for c, _ in columns])
-        for column, text in columns:
-            await column.mount(text)
+            column = VerticalScroll(text, classes="failed" if r.error else "")
+            column.border_title = name + (" (reference)" if r.is_reference else "")
+            columns.append(column)
+        if self.is_attached:
+            await self.mount_all(columns)
