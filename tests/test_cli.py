@@ -184,6 +184,18 @@ def test_bench_ends_llama_bench_runs_on_a_whole_kv_block_that_fits_the_context()
     assert aligned_tokens(1024, 128, n_ctx=1200) == 128  # 1280 would not fit: as asked
 
 
+def test_best_llama_bench_is_the_faster_configuration_not_the_luckier_sample():
+    from chatapp.commands.bench import Run, best_of
+
+    fa0 = [Run(200, 105, 256), Run(210, 80, 256), Run(205, 81, 256)]  # median decode 81
+    fa1 = [Run(250, 99, 256), Run(240, 88, 256), Run(260, 90, 256)]  # median decode 90
+    best = best_of(fa0, fa1)
+    assert [r.decode_tps for r in best] == [99, 88, 90]  # fa1's runs, its lucky rep 1 included
+    assert [r.prefill_tps for r in best] == [250, 240, 260]
+    # decode and prefill each take their own best configuration
+    assert [r.prefill_tps for r in best_of(fa0, [Run(1, 99, 256)] * 3)] == [200, 210, 205]
+
+
 def test_bench_ui_says_why_when_the_model_does_not_load(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a model" * 100)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Container
-from math import exp, fsum
+from math import exp, fsum, log
 
 import numpy as np
 
@@ -28,15 +28,41 @@ def _scratch(n: int) -> np.ndarray:
     return buf
 
 
+class _Row:
+    """What rank() needs for one logits row, made once per row: the block grid (a view), the
+    block maxima and the comparison mask (written in place). The worker hands out the same
+    view object for the same row buffer on every token, so these are looked up by its id."""
+
+    __slots__ = ("logits", "grid", "maxima", "mask")
+
+    def __init__(self, logits: np.ndarray, blocks: int) -> None:
+        self.logits = logits  # held, so its id is not reused while this entry lives
+        self.grid = logits[: blocks * BLOCK].reshape(BLOCK, blocks)
+        self.maxima = np.empty(blocks, dtype=logits.dtype)
+        self.mask = np.empty(logits.shape[0], dtype=bool)
+
+
+_ROWS: dict[int, _Row] = {}
+
+
+def _row(logits: np.ndarray, blocks: int) -> _Row:
+    row = _ROWS.get(id(logits))
+    if row is None or row.logits is not logits:
+        if len(_ROWS) > 64:
+            _ROWS.clear()
+        row = _ROWS[id(logits)] = _Row(logits, blocks)
+    return row
+
+
 def log_normalizer(logits: np.ndarray, top: float) -> float:
     """log(sum(exp(logits))) computed around the maximum `top`, without temporaries."""
     buf = _scratch(logits.shape[0])
     if -50.0 < top < 70.0:  # exp(logits) itself neither overflows nor loses the largest terms
         np.exp(logits, out=buf)  # (one pass fewer than subtracting the maximum first)
-        return float(np.log(buf.sum()))
+        return log(buf.sum())
     np.subtract(logits, np.float32(top), out=buf)
     np.exp(buf, out=buf)
-    return top + float(np.log(buf.sum()))  # float32 pairwise sum of values <= 1: exact enough
+    return top + log(buf.sum())  # float32 pairwise sum of values <= 1: exact enough
 
 
 def ranked_size(settings: SamplerSettings, top_n: int, n_vocab: int, banned: int = 0) -> int:
@@ -70,20 +96,22 @@ def rank(logits: np.ndarray, m: int, normalize: bool = True) -> tuple[np.ndarray
         log_z = log_normalizer(logits, float(logits.max())) if normalize else float("nan")
         sel = np.argpartition(logits, n - m)[n - m :] if m < n else np.arange(n)
         return sel, log_z
-    tail = n - blocks * BLOCK
-    # Groups of BLOCK logits, strided (column maxima of a row-major reshape are the fast ones).
-    grid = (logits[: blocks * BLOCK] if tail else logits).reshape(BLOCK, blocks)
-    # One partition places both the m-th largest group maximum and the largest.
-    part = np.partition(grid.max(axis=0), (blocks - m, blocks - 1))
-    threshold = part[blocks - m]
+    # Groups of BLOCK logits, strided (column maxima of a row-major reshape are the fast ones);
+    # the buffers are the row's own, so no call allocates.
+    row = _row(logits, blocks)
+    maxima = row.maxima
+    np.max(row.grid, axis=0, out=maxima)
+    # One in-place partition places both the m-th largest group maximum and the largest.
+    maxima.partition((blocks - m, blocks - 1))
+    threshold = maxima[blocks - m]
     if normalize:
-        top = float(part[blocks - 1])
-        if tail:
+        top = float(maxima[blocks - 1])
+        if n > blocks * BLOCK:
             top = max(top, float(logits[blocks * BLOCK :].max()))
         log_z = log_normalizer(logits, top)
     else:
         log_z = float("nan")
-    sel = np.flatnonzero(logits >= threshold)
+    sel = np.greater_equal(logits, threshold, out=row.mask).nonzero()[0]
     if sel.shape[0] > 4 * m:  # many ties (a flat row): cut to m after all
         sel = sel[np.argpartition(logits[sel], sel.shape[0] - m)[sel.shape[0] - m :]]
     return sel, log_z
@@ -122,13 +150,15 @@ def top_candidates(
     raw0 = logits[idx].tolist()
     pen0 = penalized(raw0, ids0, recent, settings.repeat_penalty)
     order = sorted(range(m), key=pen0.__getitem__, reverse=True)  # stable for ties
+    k = settings.top_k
+    bounded = 0 < k <= m
+    if bounded:  # nothing below the k-th (or the top_n-th shown) changes what is reported
+        order = order[: max(k, top_n)]
     ids = [ids0[i] for i in order]
     raw = [raw0[i] for i in order]
     pen = [pen0[i] for i in order]
     best = pen[0]
 
-    k = settings.top_k
-    bounded = 0 < k <= m
     # Probabilities among the top-k survivors (the whole vocabulary when top-k is off or wide).
     p_pen = [exp(v - best) for v in pen]
     if bounded:
