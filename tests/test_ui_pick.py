@@ -30,7 +30,8 @@ async def test_enter_picks_a_candidate_of_the_latest_step_and_alt_arrows_switch_
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Hello")
         await wait_until(pilot, lambda: _done(app, 1, engine))
-        first = list(app.last_reply.tokens)
+        first_reply = app.last_reply
+        first = list(first_reply.tokens)
         first_text = app.chat.items()[-1].text
         probs = app.query_one("#probs", ProbPanel)
         assert probs.step is None and probs.chosen == first[-1].id  # the latest step
@@ -127,7 +128,8 @@ async def test_real_model_pick_a_token_and_switch_back(model_path):
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Name a colour.")
         await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None, 60)
-        first = list(app.last_reply.tokens)
+        first_reply = app.last_reply
+        first = list(first_reply.tokens)
         first_text = app.conversation[-1].content
         step = 1
         app.query_one("#reply-tokens", TokenStrip).cursor = step
@@ -137,8 +139,9 @@ async def test_real_model_pick_a_token_and_switch_back(model_path):
         probs.focus()
         await pilot.press("down", "enter")  # the second-best candidate at that step
         picked = first[step].candidates[1]
-        await wait_until(pilot, lambda: app.reply is not None, 30)
-        await wait_until(pilot, lambda: app.reply is None, 60)
+        # (the continuation can end before the next look: wait for its result, not for it
+        # to be under way)
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not first_reply, 60)
         new = app.last_reply
         assert [t.id for t in new.tokens[: step + 1]] == [first[0].id, picked.id]
         assert new.finished is not None and new.finished.reason in ("eog", "max_tokens")
