@@ -30,8 +30,7 @@ async def test_enter_picks_a_candidate_of_the_latest_step_and_alt_arrows_switch_
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Hello")
         await wait_until(pilot, lambda: _done(app, 1, engine))
-        first_reply = app.last_reply
-        first = list(first_reply.tokens)
+        first = list(app.last_reply.tokens)
         first_text = app.chat.items()[-1].text
         probs = app.query_one("#probs", ProbPanel)
         assert probs.step is None and probs.chosen == first[-1].id  # the latest step
