@@ -7,7 +7,7 @@ import shutil
 import struct
 from pathlib import Path
 
-from chatapp.models.gguf_info import read_header
+from chatapp.gguf.header import read_header
 
 
 def s(text: str | bytes) -> bytes:

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from chatapp.models import compare
-from chatapp.models.compare import CompareResult, RunResult
+from chatapp.models import compare_format, compare_runs
+from chatapp.models.compare_result import CompareResult, RunResult
 from chatapp.models.compare_runs import (
     best_tradeoff,
     export_markdown,
@@ -66,11 +66,11 @@ def test_saved_runs_round_trip_newest_first_and_skip_a_corrupt_file():
     folder = runs_folder()
     folder.mkdir(parents=True)
     first = result(text_file="/t/apache-2.0.txt", text_ctx=128)
-    (folder / "compare-20261204-100000-000001.json").write_text(compare.to_json(first))
+    (folder / "compare-20261204-100000-000001.json").write_text(compare_format.to_json(first))
     (folder / "compare-20261204-110000-000001.json").write_text('{"runs": [')  # cut short
     (folder / "compare-20261204-120000-000001.json").write_text(json.dumps({"runs": [1]}))
     second = result(RUNS[:2])
-    (folder / "compare-20261204-130000-000001.json").write_text(compare.to_json(second))
+    (folder / "compare-20261204-130000-000001.json").write_text(compare_format.to_json(second))
     export_markdown(second)  # the Markdown export in the same folder is not a run
     runs, notes = saved_runs()
     assert [len(r.result.runs) for r in runs] == [2, 5]
@@ -86,6 +86,6 @@ def test_no_folder_means_no_runs():
 
 
 def test_compare_saves_each_run_where_saved_runs_finds_it(tmp_path):
-    saved = compare._save(result())
+    saved = compare_runs.save_result(result())
     runs, notes = saved_runs()
     assert notes == [] and runs[0].result == saved and str(runs[0].path) == saved.saved_to

@@ -196,7 +196,10 @@ def test_load_options_given_then_config_then_defaults(tmp_path):
     assert load_options(Path(model), config=config) == LoadOptions(
         model, n_ctx=1024, n_gpu_layers=0, n_threads=3, n_batch=512, flash_attn=True, repack=False
     )
-    given = load_options(Path(model), 256, 5, 2, 1024, False, True, config)
+    given = load_options(
+        Path(model), ctx=256, ngl=5, threads=2, batch=1024, flash_attn=False, repack=True,
+        config=config,
+    )
     assert given == LoadOptions(model, 256, 5, 2, 256, False, True)  # batch capped at ctx
     assert load_options(None, config=config, find_model=False).model_path == ""
     assert sampler_settings(Config(sampler=SamplerSettings(top_k=3)), top_k=None, seed=9) == (

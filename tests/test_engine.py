@@ -54,7 +54,7 @@ def test_reply_streams_tokens_then_finishes(engine):
 
 
 def test_the_loaded_model_names_its_quant_from_the_header(engine):
-    # gguf_info.quant_name, as `chatapp inspect` and the history do (not llama.cpp's
+    # gguf_header.quant_name, as `chatapp inspect` and the history do (not llama.cpp's
     # description, whose last word is "Medium" for a Q4_K_M file).
     assert engine.info.quant == "Q4_1"
     assert engine.info.n_layers == 30 and engine.info.n_gpu_layers == 0

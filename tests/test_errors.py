@@ -15,7 +15,7 @@ from chatapp.errors import ChatappError, ModelFileError, UsageError
 from chatapp.history.records import StoreError
 from chatapp.history.store import StoreError as StoreErrorReexported
 from chatapp.models.bundled import BundledModelMissing
-from chatapp.models.gguf_info import validate
+from chatapp.gguf.header import validate
 from chatapp.sampling import SamplerSettings, SettingsError
 from chatapp.ui.bench import BenchError
 from chatapp.ui.themes import ThemeFileError

@@ -14,7 +14,7 @@ from chatapp.engine.protocol import EngineError, LoadOptions
 from chatapp.errors import ModelFileError
 from chatapp.models import fit
 from chatapp.models.bundled import smollm2_path
-from chatapp.models.gguf_info import inspect, read_header
+from chatapp.gguf.header import inspect, read_header
 
 MIB = 1024**2
 GIB = 1024**3

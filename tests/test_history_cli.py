@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from chatapp import paths
+from chatapp.commands.config import config_path, config_show
 from chatapp.commands.history import (
-    config_path,
-    config_show,
     history_delete,
     history_export,
     history_list,

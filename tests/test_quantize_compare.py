@@ -16,9 +16,9 @@ from chatapp.commands.models import compare_cmd, models_cmd, quantize_cmd
 from chatapp.engine.protocol import EngineError, Finished, ModelInfo, StopReason, Token, TokenPiece
 from chatapp.errors import ModelFileError
 from chatapp.metrics import GenerationStats
-from chatapp.models import compare, discovery, quantize
+from chatapp.models import compare, compare_format, compare_runs, discovery, quantize
 from chatapp.models.bundled import smollm2_path
-from chatapp.models.gguf_info import inspect
+from chatapp.gguf.header import inspect
 
 pytestmark = pytest.mark.slow
 
@@ -147,7 +147,7 @@ def test_compare_three_files(quantized, capsys):
     # another process is busy (measured: 51 s with 2 threads vs 16 s with 1 under load 5)
     result = compare.compare(files, tokens=16, n_threads=1)
     wall = time.perf_counter() - t0
-    print(f"\ncompare of 3 files took {wall:.1f} s\n{compare.format_table(result)}")
+    print(f"\ncompare of 3 files took {wall:.1f} s\n{compare_format.format_table(result)}")
     assert wall < 60
     runs = {r.quant: r for r in result.runs}
     assert [r.path for r in result.runs] == files
@@ -166,17 +166,17 @@ def test_compare_three_files(quantized, capsys):
         assert r.ttft_s and r.ttft_s > 0 and r.prefill_tps and r.load_s and r.load_s > 0
         assert r.peak_rss_bytes and r.peak_rss_bytes > r.size_bytes * 0.5
     # saved, and readable back
-    saved = compare.load_result(result.saved_to)
+    saved = compare_runs.load_result(result.saved_to)
     assert saved.runs == result.runs
     assert result.saved_to.startswith(str(paths.cache_dir() / "compare"))
     # the formats
-    table = compare.format_table(result)
+    table = compare_format.format_table(result)
     assert "top-1 agreement" in table and "█" in table
-    csv_text = compare.to_csv(result)
+    csv_text = compare_format.to_csv(result)
     assert csv_text.count("\n") == 4 and csv_text.startswith("path,name,quant")
-    md = compare.to_markdown(result)
+    md = compare_format.to_markdown(result)
     assert md.splitlines()[1].startswith("|---|---|---:|") and md.count("\n") == 4
-    assert json.loads(compare.to_json(result))["reference"] == result.reference
+    assert json.loads(compare_format.to_json(result))["reference"] == result.reference
 
 
 def test_compare_command_and_a_bad_file(quantized, tmp_path, capsys):
@@ -257,6 +257,6 @@ def test_compare_with_a_fake_engine(tmp_path):
     assert runs["othertok.gguf"].perplexity > 0
     assert "could not load" in runs["broken.gguf"].error
     assert result.saved_to == ""
-    table = compare.format_table(result)
+    table = compare_format.format_table(result)
     assert "! broken.gguf: could not load" in table and "! othertok.gguf" in table
-    assert "-" in compare.to_markdown(result).splitlines()[-1]  # missing figures shown as -
+    assert "-" in compare_format.to_markdown(result).splitlines()[-1]  # missing figures shown as -

@@ -26,7 +26,7 @@ from chatapp.history.store import (
     title_from,
 )
 from chatapp.metrics import GenerationStats
-from chatapp.models.gguf_info import quant_name
+from chatapp.gguf.header import quant_name
 from chatapp.sampling import PRESETS
 
 REPO = Path(__file__).resolve().parents[1]

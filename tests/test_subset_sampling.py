@@ -37,7 +37,7 @@ def worker(model_path, engine):
     # remembered) whether llama.cpp's extra CPU buffers crash on this CPU; in this process a
     # crash would take pytest down with it.
     options, _ = cpu_backend.choose(LoadOptions(model_path=model_path, n_ctx=512, n_gpu_layers=0))
-    return loaded_model.Worker(options)
+    return loaded_model.LoadedModel(options)
 
 
 def _reply(worker, settings: SamplerSettings, ignore_eos: bool = False) -> list[int]:

@@ -15,8 +15,8 @@ from textual.widgets import Input, OptionList, SelectionList
 
 from chatapp.engine.protocol import EngineError, Finished, ModelInfo, StopReason, Token
 from chatapp.metrics import GenerationStats
-from chatapp.models import compare, quantize
-from chatapp.models.compare import CompareResult, RunResult
+from chatapp.models import compare, compare_runs, quantize
+from chatapp.models.compare_result import CompareResult, RunResult
 from chatapp.models.compare_runs import runs_folder, saved_runs
 from chatapp.ui.screens import compare as compare_screen
 from chatapp.ui.screens.compare import CompareScreen
@@ -176,7 +176,7 @@ async def test_past_runs_reopen_a_saved_run_and_skip_a_corrupt_file(tmp_path):
     folder = runs_folder()
     folder.mkdir(parents=True)
     (folder / "compare-20261204-150000-000000.json").write_text("{not json")
-    saved = compare._save(fixed_result())
+    saved = compare_runs.save_result(fixed_result())
     screen = CompareScreen(files=[], make_engine=TextEngine)
     async with Host(screen).run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+o")

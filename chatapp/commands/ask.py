@@ -28,15 +28,6 @@ from chatapp.stats_text import (
 )
 
 
-def resolve_model(model: Path | None) -> str:
-    """The model path to use: the one given, or the bundled default."""
-    if model is not None:
-        return str(model)
-    from chatapp.models.bundled import default_model
-
-    return str(default_model())
-
-
 def started_engine(options: LoadOptions, server: str | None = None, **remote) -> Engine:
     """A started engine (local, or a server when `server` is given); its notes on stderr."""
     engine = make_engine(options, server, **remote)

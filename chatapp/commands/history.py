@@ -1,4 +1,4 @@
-"""`chatapp history ...` and `chatapp config ...`: plain functions that print and return a code."""
+"""`chatapp history ...`: plain functions that print and return a code."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any, TextIO
 
 from chatapp import paths
 from chatapp.chat.thinking import split_reply
-from chatapp.config import load_config, state_file, to_toml
 from chatapp.history.store import (
     SCHEMA_VERSION,
     Conversation,
@@ -233,25 +232,3 @@ def history_delete(conversation_id: int, yes: bool = False, stdin: TextIO | None
         store.delete(conversation_id)
     print(f"deleted conversation {conversation_id}", file=sys.stderr)
     return 0
-
-
-def config_path() -> int:
-    """Print the config file's path (and, on stderr, whether it exists yet)."""
-    path = paths.config_file()
-    print(path)
-    if not path.exists():
-        print("(no config file yet: chatapp uses the defaults)", file=sys.stderr)
-    return 0
-
-
-def config_show() -> int:
-    """Print the effective config as TOML; problems go to stderr and make the exit code 1."""
-    path = paths.config_file()
-    config, problems = load_config(path)
-    source = path if path.exists() else f"{path} (not found, defaults)"
-    print(f"# effective config from {source}")
-    print(f"# history: {default_db_path()}; remembered UI choices: {state_file()}")
-    print(to_toml(config), end="")
-    for problem in problems:
-        print(f"warning: {problem}", file=sys.stderr)
-    return 1 if problems else 0

@@ -8,20 +8,13 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from chatapp.commands.settings import resolve_model
 from chatapp.engine.protocol import ALL_GPU_LAYERS, EngineError, LoadOptions
 from chatapp.models import fit
-from chatapp.models.gguf_info import card_from_header, read_header
+from chatapp.gguf.header import card_from_header, read_header
 from chatapp.models.model_card import card_rows
 
 COMPARE_FORMATS = ("table", "json", "csv", "markdown")
-
-
-def _model(path: str | Path | None) -> str:
-    if path is not None:
-        return str(path)
-    from chatapp.models.bundled import default_model
-
-    return str(default_model())
 
 
 def _machine() -> tuple[int | None, int | None]:
@@ -91,7 +84,7 @@ def fit_cmd(
         }
         text.append(fit.format_what_if(params_b, memory, ref, rows, ctx))
     if path is not None or params_b is None:
-        header = read_header(_model(path))
+        header = read_header(resolve_model(path))
         if memory_gb is not None:
             gpu = int(memory_gb * fit.GIB)
         report = fit.fit_report(fit.shape_from_header(header), ctx, ngl, gpu, ram)
@@ -151,7 +144,7 @@ def compare_cmd(
 
     `options` gives the GPU layers, threads, flash attention and repack of every run (the model
     path and context size are compare's own); `threads` overrides its threads."""
-    from chatapp.models import compare
+    from chatapp.models import compare, compare_format
     from chatapp.models.perplexity import ProgressBar
 
     if fmt not in COMPARE_FORMATS:
@@ -173,10 +166,10 @@ def compare_cmd(
         text_progress=ProgressBar,
     )
     render = {
-        "table": compare.format_table,
-        "json": compare.to_json,
-        "csv": compare.to_csv,
-        "markdown": compare.to_markdown,
+        "table": compare_format.format_table,
+        "json": compare_format.to_json,
+        "csv": compare_format.to_csv,
+        "markdown": compare_format.to_markdown,
     }[fmt]
     print(render(result))
     print(f"saved to {result.saved_to}", file=sys.stderr)

@@ -11,8 +11,21 @@ from chatapp.errors import UsageError
 from chatapp.sampling import SamplerSettings
 
 
+def resolve_model(model: str | Path | None) -> str:
+    """The model file to use: a path as given, a name (USER/REPO[:QUANT], ollama:NAME[:TAG])
+    found on disk or pulled, else the bundled default. The one place commands resolve a model."""
+    if model is None or str(model) == "":
+        from chatapp.models.bundled import default_model
+
+        return str(default_model())
+    from chatapp.models.resolve import resolve_spec
+
+    return str(resolve_spec(str(model)))
+
+
 def load_options(
-    model: Path | None,
+    model: str | Path | None,
+    *,
     ctx: int | None = None,
     ngl: int | None = None,
     threads: int | None = None,
@@ -20,14 +33,12 @@ def load_options(
     flash_attn: bool | None = None,
     repack: bool | None = None,
     config=None,
-    *,
     find_model: bool = True,
     draft_model: str | None = None,
 ) -> LoadOptions:
     """How every command loads a model: what is given here (None = not given), else
     config.toml, else LoadOptions' own defaults. With find_model=False (a server, compare) the
     model path is left as given instead of falling back to config's, then the bundled, model."""
-    from chatapp.commands.ask import resolve_model
     from chatapp.config import Config
 
     config = config or Config()
@@ -35,7 +46,7 @@ def load_options(
         path = str(model or "")
     else:
         if model is None and config.default_model:
-            model = Path(config.default_model).expanduser()
+            model = config.default_model
         path = resolve_model(model)
     given = {
         "n_ctx": ctx or config.n_ctx,

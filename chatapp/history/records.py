@@ -14,7 +14,7 @@ from typing import Any
 
 from chatapp.errors import ChatappError
 from chatapp.metrics import GenerationStats
-from chatapp.models.gguf_info import file_quant
+from chatapp.gguf.header import file_quant
 from chatapp.sampling import SamplerSettings, SettingsError
 
 HEADER_BYTES = 1 << 20
@@ -241,7 +241,7 @@ def model_fingerprint(path: str | Path, quant: str = "") -> ModelFingerprint:
 
     Cached per (path, mtime, size), so calling it for every reply costs one stat().
     `quant` (e.g. ModelInfo.quant from the engine) saves reading the header for it
-    (gguf_info.file_quant: the header's file type, else the file name).
+    (gguf_header.file_quant: the header's file type, else the file name).
     Raises StoreError when the file cannot be read.
     """
     resolved = os.path.realpath(path)

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from chatapp import paths
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineError,
@@ -24,9 +19,10 @@ from chatapp.engine.protocol import (
     Token,
 )
 from chatapp.models import perplexity
-from chatapp.models.gguf_info import inspect
+from chatapp.models.compare_result import CompareResult, RunResult
+from chatapp.models.compare_runs import save_result
+from chatapp.gguf.header import inspect
 from chatapp.sampling import SamplerSettings
-from chatapp.stats_text import DECODE_FORMAT, MS_FORMAT, PREFILL_FORMAT
 
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 DEFAULT_TOKENS = 64
@@ -47,62 +43,6 @@ REFERENCE_TEXT = (
     "is still clean. When the river finally reaches the sea, it carries sand and mud that "
     "slowly build new land at its mouth."
 )
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """One file: what it cost and how close it stays to the reference."""
-
-    path: str
-    name: str
-    quant: str
-    size_bytes: int
-    is_reference: bool = False
-    load_s: float | None = None
-    peak_rss_bytes: int | None = None  # VmHWM of the worker (mapped weights included)
-    ttft_s: float | None = None
-    prefill_tps: float | None = None
-    decode_tps: float | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    text: str = ""  # the greedy reply
-    same_prefix_tokens: int = 0  # leading reply tokens equal to the reference's reply
-    top1_agreement: float | None = None  # share of positions with the reference's top token
-    mean_kl: float | None = None  # mean KL(reference || this), nats per token
-    perplexity: float | None = None  # on REFERENCE_TEXT, or the user's text (--text)
-    # with --text, scored as llama-perplexity does (chunks of text_ctx, second halves):
-    perplexity_err: float | None = None
-    ppl_ratio: float | None = None  # PPL / the reference's PPL
-    kld_err: float | None = None
-    kld_p99: float | None = None
-    same_top_err: float | None = None
-    rms_dp: float | None = None
-    scored_tokens: int = 0
-    score_s: float | None = None
-    error: str = ""  # the file could not be run
-    note: str = ""  # something to know about the figures
-
-
-@dataclass(frozen=True)
-class CompareResult:
-    """A whole comparison run."""
-
-    created: str
-    prompt: str
-    tokens: int
-    seed: int
-    n_ctx: int
-    n_threads: int
-    text_tokens: int  # tokens of REFERENCE_TEXT (with the reference's tokenizer)
-    reference: str
-    runs: tuple[RunResult, ...]
-    wall_s: float = 0.0
-    saved_to: str = field(default="", compare=False)
-    text_file: str = ""  # --text: the user's text, scored in chunks of text_ctx
-    text_ctx: int = 0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass
@@ -355,138 +295,5 @@ def compare(
         text_ctx=text_ctx if scoring else 0,
     )
     if save:
-        out = _save(out)
+        out = save_result(out)
     return out
-
-
-def _save(result: CompareResult) -> CompareResult:
-    folder = paths.cache_dir() / "compare"
-    folder.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-    target = folder / f"compare-{stamp}.json"
-    saved = CompareResult(**{**result.__dict__, "saved_to": str(target)})
-    target.write_text(to_json(saved))
-    return saved
-
-
-def load_result(path: str | Path) -> CompareResult:
-    """Read a saved comparison back."""
-    data = json.loads(Path(path).read_text())
-    data["runs"] = tuple(RunResult(**r) for r in data["runs"])
-    return CompareResult(**data)
-
-
-# ---- formatting -----------------------------------------------------------------------------
-
-COLUMNS = (  # (header, getter, format)
-    ("file", lambda r: r.name, "{}"),
-    ("quant", lambda r: r.quant, "{}"),
-    ("size MiB", lambda r: r.size_bytes / 2**20, "{:.1f}"),
-    ("load s", lambda r: r.load_s, "{:.2f}"),
-    ("RSS MiB", lambda r: None if r.peak_rss_bytes is None else r.peak_rss_bytes / 2**20, "{:.0f}"),
-    ("TTFT ms", lambda r: None if r.ttft_s is None else r.ttft_s * 1000, f"{{:{MS_FORMAT}}}"),
-    ("prefill t/s", lambda r: r.prefill_tps, f"{{:{PREFILL_FORMAT}}}"),
-    ("decode t/s", lambda r: r.decode_tps, f"{{:{DECODE_FORMAT}}}"),
-    ("top-1 %", lambda r: None if r.top1_agreement is None else r.top1_agreement * 100, "{:.1f}"),
-    ("KL", lambda r: r.mean_kl, "{:.4f}"),
-    ("PPL", lambda r: r.perplexity, "{:.2f}"),
-)  # fmt: skip
-
-
-TEXT_COLUMNS = (  # with --text: llama-perplexity's figures (uncertainties after the table)
-    ("PPL ±", lambda r: r.perplexity_err, "{:.3f}"),
-    ("PPL ratio", lambda r: r.ppl_ratio, "{:.4f}"),
-    ("KLD 99%", lambda r: r.kld_p99, "{:.4f}"),
-    ("RMS Δp %", lambda r: _pct(r.rms_dp), "{:.2f}"),
-    ("tokens", lambda r: r.scored_tokens or None, "{}"),
-    ("score s", lambda r: r.score_s, "{:.1f}"),
-)
-
-
-def table_columns(text: bool) -> tuple:
-    """The table's columns; with `text` (a run with --text) llama-perplexity's figures too."""
-    if text:
-        top1 = ("same top %", COLUMNS[8][1], COLUMNS[8][2])
-        return (*COLUMNS[:8], top1, *COLUMNS[9:], *TEXT_COLUMNS)
-    return COLUMNS
-
-
-def _columns(result: CompareResult) -> tuple:
-    return table_columns(bool(result.text_file))
-
-
-def _cells(r: RunResult, columns: tuple = COLUMNS) -> list[str]:
-    return ["-" if (v := get(r)) is None else fmt.format(v) for _, get, fmt in columns]
-
-
-def _bar(value: float, top: float, width: int = 24) -> str:
-    eighths = int(round(width * 8 * value / top)) if top > 0 else 0
-    full, part = divmod(max(eighths, 0), 8)
-    return "█" * full + ("▏▎▍▌▋▊▉"[part - 1] if part else "")
-
-
-def _pct(x: float | None) -> float | None:
-    return None if x is None else x * 100
-
-
-BARS = (
-    ("decode speed", lambda r: r.decode_tps, " t/s"),
-    ("top-1 agreement with the reference", lambda r: _pct(r.top1_agreement), " %"),
-    ("size", lambda r: r.size_bytes / 2**20, " MiB"),
-)
-
-
-def format_table(result: CompareResult) -> str:
-    """A text table, then bars for decode speed, agreement and size."""
-    columns = _columns(result)
-    header = [h for h, _, _ in columns]
-    rows = [_cells(r, columns) for r in result.runs]
-    widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=True)]
-
-    def line(cells: list[str]) -> str:
-        pairs = enumerate(zip(cells, widths, strict=True))
-        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in pairs)
-
-    out = [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
-    name_w = max(len(r.name) for r in result.runs)
-    for title, get, unit in BARS:
-        values = [get(r) or 0.0 for r in result.runs]
-        top = max(values, default=0.0)
-        out += ["", title]
-        for r, v in zip(result.runs, values, strict=True):
-            out.append(f"  {r.name.ljust(name_w)}  {_bar(v, top)} {v:.1f}{unit}")
-    if result.text_file:
-        scored = max((r.scored_tokens for r in result.runs), default=0)
-        scored_on = f"{scored} tokens of {result.text_file} scored in chunks of {result.text_ctx}"
-    else:
-        scored_on = f"{result.text_tokens} text tokens scored"
-    out += [
-        "",
-        f"reference: {result.reference}; {scored_on}; "
-        f"{result.tokens} tokens generated greedily; {result.wall_s:.1f} s in all",
-    ]
-    out += [f"! {r.name}: {r.error or r.note}" for r in result.runs if r.error or r.note]
-    return "\n".join(out)
-
-
-def to_json(result: CompareResult) -> str:
-    return json.dumps(result.to_dict(), indent=2)
-
-
-def to_csv(result: CompareResult) -> str:
-    buf = io.StringIO()
-    names = [f.name for f in RunResult.__dataclass_fields__.values() if f.name != "text"]
-    writer = csv.DictWriter(buf, fieldnames=names, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for r in result.runs:
-        writer.writerow(asdict(r))
-    return buf.getvalue()
-
-
-def to_markdown(result: CompareResult) -> str:
-    columns = _columns(result)
-    header = [h for h, _, _ in columns]
-    aligns = ["---"] * 2 + ["---:"] * (len(columns) - 2)
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(aligns) + "|"]
-    lines += ["| " + " | ".join(_cells(r, columns)) + " |" for r in result.runs]
-    return "\n".join(lines)

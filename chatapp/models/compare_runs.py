@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+import json
 from pathlib import Path
 
 from chatapp import paths
-from chatapp.models.compare import CompareResult, RunResult, load_result, to_markdown
+from chatapp.models.compare_format import to_json, to_markdown
+from chatapp.models.compare_result import CompareResult, RunResult
 
 DEFAULT_KLD_BUDGET = 0.05  # mean KLD (nats per token) a file may lose against the reference
 
@@ -97,3 +99,21 @@ def export_markdown(result: CompareResult, folder: Path | None = None) -> Path:
         lines += ["", f"## {r.name} ({r.quant})", "", r.error or r.text or "(empty reply)"]
     target.write_text("\n".join(lines) + "\n")
     return target
+
+
+def save_result(result: CompareResult) -> CompareResult:
+    """Write a comparison as a new JSON file in runs_folder(); the copy returned names it."""
+    folder = runs_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    target = folder / f"compare-{stamp}.json"
+    saved = CompareResult(**{**result.__dict__, "saved_to": str(target)})
+    target.write_text(to_json(saved))
+    return saved
+
+
+def load_result(path: str | Path) -> CompareResult:
+    """Read a saved comparison back."""
+    data = json.loads(Path(path).read_text())
+    data["runs"] = tuple(RunResult(**r) for r in data["runs"])
+    return CompareResult(**data)

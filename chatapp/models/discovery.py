@@ -10,7 +10,7 @@ from pathlib import Path
 from chatapp import paths
 from chatapp.errors import ModelFileError
 from chatapp.models import bundled
-from chatapp.models.gguf_info import inspect
+from chatapp.gguf.header import inspect
 
 MAX_DEPTH = 4  # folder levels searched below each given folder
 

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from chatapp.engine.protocol import ALL_GPU_LAYERS, gpu_layer_total, resolved_gpu_layers
-from chatapp.models.gguf_info import Header, card_from_header
+from chatapp.gguf.header import Header, card_from_header
 
 GIB = 1024**3
 MIB = 1024**2

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from chatapp.models import fit
-from chatapp.models.gguf_info import ModelCard
+from chatapp.gguf.header import ModelCard
 
 
 def card_rows(card: ModelCard, with_path: bool = False) -> list[tuple[str, str]]:

@@ -14,7 +14,7 @@ from chatapp import paths
 from chatapp.engine.local.engine import real_std_streams
 from chatapp.engine.protocol import EngineError
 from chatapp.errors import ModelFileError
-from chatapp.models.gguf_info import inspect
+from chatapp.gguf.header import inspect
 
 # Target name -> llama_cpp LLAMA_FTYPE_MOSTLY_* suffix. IQ1/IQ2/IQ3_XXS/Q2_K_S are left out:
 # llama.cpp refuses them without an importance matrix.

@@ -73,7 +73,13 @@ def build_app(
     return app
 
 
-def run_versus_app(options: LoadOptions, other: str) -> None:
+def run_versus_app(
+    options: LoadOptions,
+    other: str,
+    *,
+    config: Config | None = None,
+    problems: list[str] | None = None,
+) -> None:
     """Two files side by side (`chatapp chat A --vs B`): each prompt to both, greedy."""
     import os
     from dataclasses import replace
@@ -94,6 +100,8 @@ def run_versus_app(options: LoadOptions, other: str) -> None:
         ),
         (Path(options.model_path).name, Path(other).name),
         history=history,
+        config=config,
+        notes=problems,
     )
     history.warn = app._warn
     app.run()

@@ -163,13 +163,7 @@ class ChatShell(App):
         return dict(themes.PANEL_DEFAULTS)
 
     def _register_themes(self) -> None:
-        found, self.theme_problems = themes.discover()
-        for theme in found:
-            self.register_theme(theme)
-        wanted = self._wanted_theme or themes.DEFAULT_THEME
-        self.theme = wanted if wanted in self.available_themes else themes.DEFAULT_THEME
-        for problem in self.theme_problems:
-            self.notify(problem, title="Theme file skipped", severity="warning")
+        self.theme_problems = themes.install(self, self._wanted_theme)
 
     def watch_theme(self, name: str) -> None:
         if self._remember_theme is not None and self.is_mounted:

@@ -75,3 +75,16 @@ def discover() -> tuple[list[Theme], list[str]]:
             except ThemeFileError as exc:
                 problems.append(str(exc))
     return themes, problems
+
+
+def install(app, wanted: str | None) -> list[str]:
+    """Register the shipped and user themes on an app and select `wanted` (else the default);
+    each theme file skipped is notified on the app and returned as one line."""
+    found, problems = discover()
+    for theme in found:
+        app.register_theme(theme)
+    wanted = wanted or DEFAULT_THEME
+    app.theme = wanted if wanted in app.available_themes else DEFAULT_THEME
+    for problem in problems:
+        app.notify(problem, title="Theme file skipped", severity="warning")
+    return problems

@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Input, Static
 
+from chatapp.config import Config, effective_theme
 from chatapp.chat.recorder import ChatHistory
 from chatapp.chat.session import ChatSession
 from chatapp.engine.protocol import Engine, Token
@@ -21,7 +22,8 @@ from chatapp.stats_text import decode_text, ttft_text
 from chatapp.textsafe import printable
 from chatapp.ui.messages import EngineFailed, EngineReady, ReplyFailed, ReplyFinished, TokensArrived
 from chatapp.ui.streaming import stream_reply
-from chatapp.ui.themes import PANEL_DEFAULTS, discover
+from chatapp.ui.themes import PANEL_DEFAULTS
+from chatapp.ui.themes import install as install_themes
 from chatapp.ui.widgets.probs import ProbPanel
 from chatapp.ui.widgets.sampler import SamplerPanel
 
@@ -122,8 +124,12 @@ class VersusApp(App):
         *,
         settings: SamplerSettings | None = None,
         history: ChatHistory | None = None,
+        config: Config | None = None,
+        notes: list[str] | None = None,
     ) -> None:
         super().__init__()
+        self.config = config or Config()
+        self.notes = list(notes or [])
         self.factories = factories
         self.labels = labels
         self.settings = settings or GREEDY
@@ -154,11 +160,10 @@ class VersusApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
-        themes, _ = discover()
-        for theme in themes:
-            self.register_theme(theme)
-        if "chatapp-dark" in self.available_themes:
-            self.theme = "chatapp-dark"
+        self.set_keymap(self.config.keymap)  # [keys]: binding id -> key, as in the chat
+        install_themes(self, effective_theme(self.config))
+        for note in self.notes:  # config.toml's problems, as the chat shows them
+            self.notify(note, severity="warning", timeout=10)
         for side in SIDES:
             self._start(side)
         self.query_one("#prompt", Input).focus()

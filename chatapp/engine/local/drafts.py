@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.loaded_model import Worker
+    from chatapp.engine.local.loaded_model import LoadedModel
 
 NGRAM_MAX = 4  # the longest n-gram looked up (longer matches are tried first)
 NGRAM_MIN = 2  # the shortest: a single token repeats too often to predict anything
@@ -88,7 +88,7 @@ class ModelDrafter:
 
     name = "model"
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: LoadedModel) -> None:
         self.w = worker
 
     def propose(self, tokens: list[int], k: int) -> list[int]:
@@ -113,7 +113,7 @@ class ModelDrafter:
         return drafts
 
 
-def vocab_mismatch(target: Worker, draft: Worker) -> str:
+def vocab_mismatch(target: LoadedModel, draft: LoadedModel) -> str:
     """Why a draft model cannot draft for the target ('' if it can): the same vocabulary means
     the same size, the same BOS/EOS and the same bytes for every token (a sample is compared)."""
     if draft.n_vocab != target.n_vocab:

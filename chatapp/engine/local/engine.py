@@ -40,11 +40,11 @@ POLL_S = 0.05
 def check_model_file(path: str) -> None:
     """Refuse what is plainly not a model file before a worker is spawned.
 
-    The same checks and words as `chatapp inspect` (gguf_info.validate): a missing file, a
+    The same checks and words as `chatapp inspect` (gguf_header.validate): a missing file, a
     directory, a FIFO (never opened: that would block), an HTML page from a failed download, a
     bad header; each a ModelFileError, one sentence naming the file.
     """
-    from chatapp.models.gguf_info import validate
+    from chatapp.gguf.header import validate
 
     validate(path)
 

@@ -60,7 +60,7 @@ def steps_for(options: LoadOptions) -> list[int]:
     requested = options.n_gpu_layers if known is None else known
     if requested == 0:
         return [0]
-    from chatapp.models.gguf_info import inspect
+    from chatapp.gguf.header import inspect
 
     try:
         n_layers = inspect(options.model_path).n_layers or 0

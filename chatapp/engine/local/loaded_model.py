@@ -25,7 +25,7 @@ from chatapp.engine.protocol import (
     TokenPiece,
     resolved_gpu_layers,
 )
-from chatapp.models.gguf_info import quant_name
+from chatapp.gguf.header import quant_name
 
 TEMPLATE_TIMEOUT_S = 2.0
 PARALLEL_SEQUENCES = 8  # sequences a context holds: the most replies decoded together
@@ -98,7 +98,7 @@ def _load_params(extra_bufts: bool, auto_fa: bool):
         _internals.LlamaContext = context_class
 
 
-class Worker:
+class LoadedModel:
     """A loaded model plus the KV-cache state of the last reply."""
 
     def __init__(self, options: LoadOptions) -> None:
@@ -134,7 +134,7 @@ class Worker:
         meta = self.llama.metadata
         self.chat_template = options.chat_template or meta.get("tokenizer.chat_template", "")
         self.noted: set[str] = set()  # notices said once per loaded model (FOLDED_SYSTEM_NOTE)
-        self.draft_worker: Worker | None = None  # the draft model (LoadOptions.draft_model)
+        self.draft_worker: LoadedModel | None = None  # the draft model (LoadOptions.draft_model)
         self._drafters: dict[str, object] = {}
         self.bos_id = llama_cpp.llama_vocab_bos(self.vocab)
         self.eos_id = llama_cpp.llama_vocab_eos(self.vocab)
@@ -183,7 +183,7 @@ class Worker:
         options = replace(
             self.options, model_path=path, draft_model=None, chat_template=None, n_ctx=self.n_ctx
         )
-        draft = Worker(options)
+        draft = LoadedModel(options)
         if draft.warm_up() != 0:
             return f"could not load the draft model {path}: llama.cpp's first decode failed"
         why = vocab_mismatch(self, draft)

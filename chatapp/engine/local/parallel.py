@@ -24,13 +24,13 @@ from chatapp.engine.protocol import (
 from chatapp.metrics import stats_from_times
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.loaded_model import Worker
+    from chatapp.engine.local.loaded_model import LoadedModel
 
 
 class Sequence:
     """One of the replies: its chain, its tokens, its position, whether it has ended."""
 
-    def __init__(self, w: Worker, seq: int, settings, history: list[int], ignore_eos: bool):
+    def __init__(self, w: LoadedModel, seq: int, settings, history: list[int], ignore_eos: bool):
         self.seq = seq
         self.chain = build_chain(w, settings.with_(seed=settings.seed + seq), history, ignore_eos)
         self.recent = RecentTokens(history, settings.repeat_last_n)

@@ -1,4 +1,4 @@
-"""Worker side of llama-perplexity-grade scoring: chunked prefill, per-token NLL, KL vs a base."""
+"""LoadedModel side of llama-perplexity-grade scoring: chunked prefill, per-token NLL, KL vs a base."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.loaded_model import Worker
+    from chatapp.engine.local.loaded_model import LoadedModel
 
 ROWS = 64  # logit rows turned into statistics at a time (float64 copies of n_vocab columns)
 
@@ -93,7 +93,7 @@ def base_files(base_path: str) -> tuple[Path, Path, Path]:
     )
 
 
-def run(w: Worker, job: PerplexityJob, progress: Callable[[int, int, float], None]) -> dict | str:
+def run(w: LoadedModel, job: PerplexityJob, progress: Callable[[int, int, float], None]) -> dict | str:
     """Score the whole text; returns per-position arrays, or one sentence saying what failed."""
     tokens = np.asarray(w.tokenize(job.text, add_bos=w.add_bos, special=False), dtype=np.int32)
     n_ctx = job.n_ctx

@@ -7,15 +7,15 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.loaded_model import Worker
+    from chatapp.engine.local.loaded_model import LoadedModel
 
 
-def start(worker: Worker, side: Connection) -> None:
+def start(worker: LoadedModel, side: Connection) -> None:
     """Serve the side pipe on a daemon thread (it ends with the process or the pipe)."""
     threading.Thread(target=serve_side, args=(worker, side), daemon=True).start()
 
 
-def serve_side(worker: Worker, side: Connection) -> None:
+def serve_side(worker: LoadedModel, side: Connection) -> None:
     """Tokenize requests on their own pipe, answered even while a reply is generating."""
     while True:
         try:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from chatapp.engine.local.drafts import DraftLength
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.loaded_model import Worker
+    from chatapp.engine.local.loaded_model import LoadedModel
 
 
 class Speculation:
@@ -28,7 +28,7 @@ class Speculation:
     there the outputs can part at a near-tie).
     """
 
-    def __init__(self, worker: Worker, drafter) -> None:
+    def __init__(self, worker: LoadedModel, drafter) -> None:
         self.w = worker
         self.drafter = drafter
         self.drafts: list[int] = []  # the drafts decoded in the current batch

@@ -31,7 +31,7 @@ from chatapp.metrics import stats_from_times
 from chatapp.sampling import SamplerSettings
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.loaded_model import Worker
+    from chatapp.engine.local.loaded_model import LoadedModel
 
 # Token events go at most every 50 ms (the first one at once): each send pickles, writes and
 # wakes the reader, which on a machine whose cores all run llama.cpp stalls the decode; the
@@ -52,7 +52,7 @@ def message_waiting(conn: Connection):
     return lambda: bool(poller.poll(0))
 
 
-def build_chain(w: Worker, s: SamplerSettings, history: list[int], ban_eog: bool):
+def build_chain(w: LoadedModel, s: SamplerSettings, history: list[int], ban_eog: bool):
     """The native sampler chain for these settings, with the penalties' history accepted."""
     lib = w.lib
     params = lib.llama_sampler_chain_default_params()
@@ -158,7 +158,7 @@ def subset_exact(s: SamplerSettings, m: int) -> bool:
 
 
 def sample_row(
-    w: Worker,
+    w: LoadedModel,
     chain,
     subset: SubsetSampler,
     row: int,
@@ -186,7 +186,7 @@ def sample_row(
 class Generation:
     """One reply: prefill, then sample token by token, checking the pipe between tokens."""
 
-    def __init__(self, worker: Worker, conn: Connection, req: GenerateRequest) -> None:
+    def __init__(self, worker: LoadedModel, conn: Connection, req: GenerateRequest) -> None:
         self.w = worker
         self.conn = conn
         self.req = req

@@ -7,7 +7,7 @@ import sys
 from multiprocessing.connection import Connection
 
 from chatapp.engine.local import perplexity, side_pipe
-from chatapp.engine.local.loaded_model import Worker
+from chatapp.engine.local.loaded_model import LoadedModel
 from chatapp.engine.local.parallel import ParallelGeneration
 from chatapp.engine.local.token_loop import Generation
 from chatapp.engine.local.worker_log import WorkerLog, load_error_from_log
@@ -24,7 +24,7 @@ def main(
     log = WorkerLog(log_path)
     log.mark()
     try:
-        worker = Worker(options)
+        worker = LoadedModel(options)
     except Exception as exc:  # every load failure becomes one message
         reason = _load_error(options.model_path, exc, log.text())
         conn.send(("load_failed", reason))
@@ -91,7 +91,7 @@ def _load_error(path: str, exc: Exception, log_text: str = "") -> str:
     return f"could not load {path}: {reason}"
 
 
-def serve(worker: Worker, conn: Connection) -> None:
+def serve(worker: LoadedModel, conn: Connection) -> None:
     """The main pipe: replies and scoring, one at a time, until "close" or the pipe ends."""
     while True:
         try:

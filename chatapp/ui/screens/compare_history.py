@@ -10,7 +10,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from chatapp.models.compare import CompareResult
+from chatapp.models.compare_result import CompareResult
 from chatapp.models.compare_runs import SavedRun, saved_runs
 
 

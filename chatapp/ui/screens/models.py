@@ -20,7 +20,7 @@ from chatapp.engine.protocol import ALL_GPU_LAYERS, LoadOptions, gpu_layer_total
 from chatapp.errors import ModelFileError
 from chatapp.models import fit
 from chatapp.models.discovery import ModelEntry, discover
-from chatapp.models.gguf_info import ModelCard, card_from_header, read_header
+from chatapp.gguf.header import ModelCard, card_from_header, read_header
 from chatapp.ui.widgets.model_card import CardView, FitView, machine_memory
 
 MIN_CTX, MAX_CTX = 64, 1 << 20

@@ -11,7 +11,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.markup import escape
 from textual.widgets import DataTable, Static
 
-from chatapp.models.compare import COLUMNS, CompareResult, RunResult, table_columns
+from chatapp.models.compare_format import COLUMNS, table_columns
+from chatapp.models.compare_result import CompareResult, RunResult
 from chatapp.models.discovery import ModelEntry
 
 STATUS = "status"

@@ -12,9 +12,9 @@ import pytest
 from gguf_builders import build, kv_str, kv_str_array, kv_u32, s, tensor, write
 
 from chatapp.errors import ModelFileError
-from chatapp.models import gguf_info
+from chatapp.gguf import header as gguf_header
 from chatapp.models.bundled import smollm2_path
-from chatapp.models.gguf_info import inspect, read_header, validate
+from chatapp.gguf.header import inspect, read_header, validate
 
 
 def refused(path: Path) -> str:
@@ -96,7 +96,7 @@ def test_minimal_file_is_valid(tmp_path):
 
 
 def test_quant_name_comes_from_the_file_type_then_the_file_name(tmp_path):
-    from chatapp.models.gguf_info import file_quant, quant_name
+    from chatapp.gguf.header import file_quant, quant_name
 
     # The bundled model's header says Q4_1 (general.file_type 3), as its name does.
     assert read_header(smollm2_path()).metadata["general.file_type"] == 3
@@ -279,7 +279,7 @@ def test_string_array_is_counted_not_decoded(tmp_path):
         kv_str_array("tokenizer.ggml.tokens", list("abc")),
     ]
     path = write(tmp_path, build(kvs=kvs))
-    assert read_header(path).metadata["tokenizer.ggml.tokens"] == gguf_info.ArrayValue("string", 3)
+    assert read_header(path).metadata["tokenizer.ggml.tokens"] == gguf_header.ArrayValue("string", 3)
     assert inspect(path).vocab_size == 3
 
 
@@ -328,4 +328,4 @@ def test_engine_check_uses_validate(tmp_path):
 def test_copy_of_the_bundled_model_is_valid(tmp_path):
     path = tmp_path / "copy of model.gguf"
     shutil.copyfile(smollm2_path(), path)
-    assert gguf_info.inspect(path).quant == "Q4_1"
+    assert gguf_header.inspect(path).quant == "Q4_1"

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from chatapp.errors import ModelFileError
-from chatapp.models.gguf_tables import FILE_TYPES, GGML_TYPES, KNOWN_ARCHITECTURES
+from chatapp.gguf.tables import FILE_TYPES, GGML_TYPES, KNOWN_ARCHITECTURES
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)

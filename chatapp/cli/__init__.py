@@ -1,0 +1,56 @@
+"""The `chatapp` command line (typer); the UI and llama.cpp are imported only inside commands."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from chatapp.cli import (  # noqa: F401  (each module registers its commands on `app`)
+    chat_commands,
+    history_commands,
+    model_commands,
+    speed_commands,
+)
+from chatapp.cli.typer_app import app
+from chatapp.errors import ChatappError, UsageError
+
+__all__ = ["app", "main"]
+
+try:  # typer >= 0.20 vendors click as typer._click and raises its exceptions
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+except ImportError:  # older typer raises click's own (NoArgsIsHelpError: click >= 8.2)
+    from click.exceptions import ClickException, NoArgsIsHelpError
+
+# typer.Abort (Ctrl-C at a prompt) is typer's own class since typer vendors click, click's
+# re-exported before; typer.TyperException is the base of the vendored click exceptions.
+_CLI_ERRORS = (typer.TyperException, ClickException)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: a user error is one `error:` line and a non-zero exit (2 for
+    bad flags, 1 for the rest), never a traceback."""
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=argv, prog_name="chatapp", standalone_mode=False)
+    except NoArgsIsHelpError as exc:  # `chatapp history`: the help is the answer
+        print(exc.ctx.get_help())
+        code = 0
+    except typer.Abort:
+        print("error: aborted", file=sys.stderr)
+        code = 130
+    except _CLI_ERRORS as exc:  # click's usage errors: bad flags, a missing argument
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        print(f"error: {message}", file=sys.stderr)
+        code = getattr(exc, "exit_code", 2) or 2
+    except ChatappError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        code = 2 if isinstance(exc, UsageError) else 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        code = 130
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""`chatapp` (no command), `chat`, `ask` and `tokenize`: talking to a model."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from chatapp.cli.options import (
+    ApiKeyEnvOpt,
+    BatchOpt,
+    CtxOpt,
+    DraftOpt,
+    FlashOpt,
+    ModelArg,
+    ModelNameOpt,
+    ModelOpt,
+    NglOpt,
+    RepackOpt,
+    ServerOpt,
+    ThinkOpt,
+    ThreadsOpt,
+    bound_help,
+)
+from chatapp.cli.typer_app import app
+from chatapp.commands.settings import (
+    draft_choice,
+    load_options,
+    read_config,
+    resolve_model,
+    resolve_server,
+    sampler_settings,
+)
+from chatapp.engine.protocol import LoadOptions
+from chatapp.errors import UsageError
+
+
+@app.callback()
+def root(ctx: typer.Context) -> None:
+    """With no command, open the chat on the bundled model."""
+    if ctx.invoked_subcommand is None:
+        chat()
+
+
+@app.command()
+def chat(
+    model: ModelArg = None,
+    ctx: CtxOpt = None,
+    ngl: NglOpt = None,
+    threads: ThreadsOpt = None,
+    batch: BatchOpt = None,
+    flash_attn: FlashOpt = None,
+    repack: RepackOpt = None,
+    server: ServerOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
+    model_name: ModelNameOpt = None,
+    think: ThinkOpt = None,
+    draft: DraftOpt = None,
+    vs: Annotated[
+        str | None,
+        typer.Option(
+            "--vs",
+            help="a second GGUF file or name: each prompt goes to both, side by side (greedy)",
+        ),
+    ] = None,
+) -> None:
+    """Open the chat TUI (settings not given here come from config.toml)."""
+    from dataclasses import replace
+
+    from chatapp.config import load_config
+
+    config, problems = load_config()
+    if think is not None:
+        config = replace(config, think=think)
+    url, remote = resolve_server(server, api_key_env, model_name, config)
+    kind, draft_model = draft_choice(draft, config)
+    config = replace(config, draft=kind)
+    if vs is not None and url is not None:
+        raise UsageError("--vs compares two local files; it does not take --server")
+    options = load_options(
+        model,
+        ctx=ctx,
+        ngl=ngl,
+        threads=threads,
+        batch=batch,
+        flash_attn=flash_attn,
+        repack=repack,
+        config=config,
+        find_model=url is None,
+        draft_model=draft_model,
+    )
+    if vs is not None:
+        from chatapp.ui.launch import run_versus_app
+
+        run_versus_app(options, resolve_model(vs), config=config, problems=problems)
+        return
+    from chatapp.ui.launch import run_chat_app  # the UI is imported only here
+
+    run_chat_app(options, server=url, remote=remote, config=config, problems=problems)
+
+
+@app.command()
+def ask(
+    prompt: Annotated[str, typer.Argument(help="what to ask")],
+    model: ModelOpt = None,
+    system: Annotated[str | None, typer.Option(help="system prompt")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help=bound_help("max_tokens"))] = None,
+    temperature: Annotated[float | None, typer.Option(help=bound_help("temperature"))] = None,
+    top_p: Annotated[float | None, typer.Option(help=bound_help("top_p"))] = None,
+    top_k: Annotated[int | None, typer.Option(help=bound_help("top_k"))] = None,
+    min_p: Annotated[float | None, typer.Option(help=bound_help("min_p"))] = None,
+    repeat_penalty: Annotated[float | None, typer.Option(help=bound_help("repeat_penalty"))] = None,
+    seed: Annotated[int | None, typer.Option(help=bound_help("seed"))] = None,
+    stop: Annotated[list[str] | None, typer.Option(help="stop string (repeatable)")] = None,
+    ctx: CtxOpt = None,
+    ngl: NglOpt = None,
+    threads: ThreadsOpt = None,
+    flash_attn: FlashOpt = None,
+    repack: RepackOpt = None,
+    think: ThinkOpt = None,
+    draft: DraftOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
+    server: ServerOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
+    model_name: ModelNameOpt = None,
+) -> None:
+    """Stream one reply to stdout, then a stats line to stderr (defaults from config.toml)."""
+    from chatapp.commands.ask import run_ask
+
+    config = read_config()
+    settings = sampler_settings(
+        config,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        min_p=min_p,
+        repeat_penalty=repeat_penalty,
+        max_tokens=max_tokens,
+        seed=seed,
+    )
+    url, remote = resolve_server(server, api_key_env, model_name, config)
+    kind, draft_model = draft_choice(draft, config)
+    options = load_options(
+        model,
+        ctx=ctx,
+        ngl=ngl,
+        threads=threads,
+        flash_attn=flash_attn,
+        repack=repack,
+        config=config,
+        find_model=url is None,
+        draft_model=draft_model,
+    )
+    code = run_ask(
+        prompt,
+        options,
+        settings,
+        system=system,
+        stop=stop or [],
+        as_json=as_json,
+        server=url,
+        remote=remote if url else None,
+        think=config.think if think is None else think,
+        draft=kind,
+    )
+    raise typer.Exit(code)
+
+
+@app.command()
+def tokenize(
+    text: Annotated[str, typer.Argument(help="any text")],
+    model: ModelOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON list on stdout")] = False,
+    special: Annotated[bool, typer.Option(help="parse special tokens like <|im_start|>")] = True,
+) -> None:
+    """Print the tokens (id, piece) of any text."""
+    from chatapp.commands.ask import run_tokenize
+
+    options = LoadOptions(model_path=resolve_model(model), n_ctx=512, n_gpu_layers=0)
+    raise typer.Exit(run_tokenize(text, options, as_json, special))

@@ -1,0 +1,80 @@
+"""The options several commands share, as typer annotations (None = not given: config fills it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from chatapp.sampling import BOUNDS
+
+MODEL_HELP = (
+    "a GGUF file, or a name: USER/REPO[:QUANT] or USER/REPO:FILE.gguf (Hugging Face, pulled "
+    "when not on disk), ollama:NAME[:TAG]"
+)
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", "-m", help=f"{MODEL_HELP} (default: the bundled SmolLM2)")
+]
+ModelArg = Annotated[
+    str | None, typer.Argument(help=f"{MODEL_HELP} (default: config, else the bundled SmolLM2)")
+]
+CtxOpt = Annotated[
+    int | None, typer.Option("--ctx", min=16, help="context size in tokens (default: config)")
+]
+NglOpt = Annotated[
+    int | None,
+    typer.Option("--ngl", min=-1, help="layers on the GPU (-1 = all; default: config)"),
+]
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option("--threads", min=1, help="CPU threads (default: config, else tuned, else all)"),
+]
+ServerOpt = Annotated[
+    str | None,
+    typer.Option(help="OpenAI-compatible server: a URL, or a NAME from [servers.NAME]"),
+]
+ApiKeyEnvOpt = Annotated[
+    str | None, typer.Option(help="environment variable holding the server's API key")
+]
+ModelNameOpt = Annotated[str | None, typer.Option(help="model name on the server")]
+BatchOpt = Annotated[int | None, typer.Option("--batch", min=1, help="prompt batch size")]
+FlashOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--flash-attn/--no-flash-attn",
+        help="flash attention (default: as tuned, else off on the CPU, auto on a GPU)",
+    ),
+]
+ThinkOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--think/--no-think",
+        help="thinking models: reasoning on or off where the chat template has the switch "
+        "(default: config, else the template's own)",
+    ),
+]
+RepackOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--repack/--no-repack",
+        help="llama.cpp's extra CPU buffers: AMX, weight repacking (default: on unless they "
+        "crashed here)",
+    ),
+]
+DraftOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--draft",
+        help="speculative decoding: 'ngram' (drafts looked up in the prompt and reply), a smaller "
+        "GGUF file with the same vocabulary (a draft model), or 'off' (default: config, else off)",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout")]
+PathArg = Annotated[Path, typer.Argument(help="a file")]
+
+
+def bound_help(name: str) -> str:
+    """A sampler option's help with its bounds, e.g. 'randomness [0..5]'."""
+    b = BOUNDS[name]
+    return f"{b.help} [{b.low:g}..{b.high:g}]"

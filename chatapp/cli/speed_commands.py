@@ -1,0 +1,151 @@
+"""`chatapp bench` and `chatapp tune`: how fast, measured here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from chatapp.cli.options import (
+    CtxOpt,
+    DraftOpt,
+    FlashOpt,
+    ModelArg,
+    ModelOpt,
+    NglOpt,
+    RepackOpt,
+    ThreadsOpt,
+)
+from chatapp.cli.typer_app import app
+from chatapp.commands.settings import draft_choice, load_options, read_config
+from chatapp.errors import UsageError
+
+DEFAULT_DEPTH = 256
+
+
+def _refuse_depth_with(mode: str | None, depth: int | None, llama_bench: Path | None) -> None:
+    """--depth and --llama-bench belong to the engine's speed run; another mode ignores them."""
+    if mode is None:
+        return
+    given = [name for name, v in (("--depth", depth), ("--llama-bench", llama_bench)) if v]
+    if given:
+        raise UsageError(
+            f"{' and '.join(given)} measure the engine's own run; {mode} does not take "
+            f"{'them' if len(given) > 1 else 'it'}"
+        )
+
+
+@app.command()
+def bench(
+    model: ModelOpt = None,
+    tokens: Annotated[int, typer.Option(min=8, help="tokens generated per run")] = 128,
+    prompt_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--depth",
+            "--prompt-tokens",
+            min=8,
+            help=f"prompt tokens per run: decode runs after them (default {DEFAULT_DEPTH})",
+        ),
+    ] = None,
+    reps: Annotated[int, typer.Option(min=1, help="repetitions (alternating)")] = 3,
+    ctx: CtxOpt = None,
+    threads: ThreadsOpt = None,
+    ngl: NglOpt = None,
+    llama_bench: Annotated[
+        Path | None, typer.Option("--llama-bench", help="path of llama.cpp's llama-bench")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
+    ui: Annotated[bool, typer.Option("--ui", help="stream through the real TUI, headless")] = False,
+    terminal: Annotated[
+        bool,
+        typer.Option(
+            "--terminal", help="the real TUI under tmux vs `chatapp ask`, same greedy reply"
+        ),
+    ] = False,
+    flash_attn: FlashOpt = None,
+    repack: RepackOpt = None,
+    draft: DraftOpt = None,
+    alternatives: Annotated[
+        int,
+        typer.Option(
+            "--alternatives", min=1, max=8, help="N replies in one batch vs one reply (2..8)"
+        ),
+    ] = 1,
+) -> None:
+    """Decode and prefill speed of the engine vs llama-cpp-python (and llama-bench)."""
+    kind, draft_model = draft_choice(draft or "off")
+    mode = (
+        "--alternatives" if alternatives > 1
+        else "--draft" if kind
+        else "--terminal" if terminal
+        else "--ui" if ui
+        else None
+    )  # fmt: skip
+    _refuse_depth_with(mode, prompt_tokens, llama_bench)
+    options = load_options(
+        model,
+        ctx=ctx,
+        ngl=ngl,
+        threads=threads,
+        flash_attn=flash_attn,
+        repack=repack,
+        config=read_config(),
+        draft_model=draft_model,
+    )
+    if alternatives > 1:
+        from chatapp.commands.batch_bench import print_batch_bench
+
+        raise typer.Exit(print_batch_bench(options, alternatives, tokens, reps, as_json))
+    if kind:
+        from chatapp.commands.draft_bench import print_draft_bench
+
+        raise typer.Exit(print_draft_bench(options, kind, tokens, reps, as_json))
+    depth = DEFAULT_DEPTH if prompt_tokens is None else prompt_tokens
+    if depth + tokens > options.n_ctx:
+        raise UsageError(
+            f"--depth {depth} + --tokens {tokens} do not fit in a context of "
+            f"{options.n_ctx} tokens: give a larger --ctx (or n_ctx in config.toml)"
+        )
+    if terminal:
+        from chatapp.ui.terminal_bench import print_terminal_bench
+
+        raise typer.Exit(print_terminal_bench(options, tokens, reps, as_json))
+    if ui:
+        from chatapp.ui.bench import run_ui_bench
+
+        raise typer.Exit(run_ui_bench(options, tokens, reps, as_json))
+    from chatapp.commands.bench import run_bench
+
+    raise typer.Exit(
+        run_bench(
+            options,
+            tokens=tokens,
+            prompt_tokens=depth,
+            reps=reps,
+            llama_bench=llama_bench,
+            as_json=as_json,
+        )
+    )
+
+
+@app.command()
+def tune(
+    model: ModelArg = None,
+    ctx: Annotated[
+        int | None, typer.Option("--ctx", min=64, help="context size in tokens (default: config)")
+    ] = None,
+    ngl: NglOpt = None,
+    tokens: Annotated[int, typer.Option(min=4, help="tokens decoded at each depth")] = 32,
+    depth: Annotated[
+        list[int] | None,
+        typer.Option(help="depths to decode at (repeatable; default 0, 512, 2048)", min=0),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
+) -> None:
+    """Measure threads x flash attention x repack here; save the best for this file."""
+    from chatapp.commands.tune import run_tune
+
+    options = load_options(model, ctx=ctx, ngl=ngl, config=read_config())
+    raise typer.Exit(run_tune(options, tokens, tuple(depth or (0, 512, 2048)), as_json))
