@@ -10,8 +10,8 @@ from pathlib import Path
 
 from chatapp.commands.settings import resolve_model
 from chatapp.engine.protocol import ALL_GPU_LAYERS, EngineError, LoadOptions
-from chatapp.models import fit
 from chatapp.gguf.header import card_from_header, read_header
+from chatapp.models import fit
 from chatapp.models.model_card import card_rows
 
 COMPARE_FORMATS = ("table", "json", "csv", "markdown")
@@ -97,13 +97,16 @@ def fit_cmd(
 def models_cmd(
     dirs: Sequence[str | Path] = (), as_json: bool = False, config_dirs: Sequence[str | Path] = ()
 ) -> int:
-    """List GGUF files: bundled, cached, in the given folders and in config's model_dirs (a
-    missing one of those is a warning, a missing given folder an error)."""
-    from chatapp.models.discovery import discover, format_entries, missing_dirs
+    """List GGUF files: bundled, cached, in the given folders, in config's model_dirs (a
+    missing one of those is a warning, a missing given folder an error) and the ones other
+    tools keep (Hugging Face cache, Ollama, LM Studio, llama.cpp; what they skipped is a note)."""
+    from chatapp.models.discovery import discover_with_notes, format_entries, missing_dirs
 
     for problem in missing_dirs(config_dirs):
         print(f"warning: model_dirs: {problem}", file=sys.stderr)
-    entries = discover(dirs, config_dirs=config_dirs)
+    entries, notes = discover_with_notes(dirs, config_dirs=config_dirs)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if as_json:
         print(json.dumps([e.to_dict() for e in entries], indent=2))
     else:

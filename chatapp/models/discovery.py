@@ -1,4 +1,4 @@
-"""Find GGUF files in folders, the cache and the bundled models; invalid ones keep their error."""
+"""Find GGUF files: bundled, the cache, folders, other tools'; invalid ones keep their error."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 
 from chatapp import paths
 from chatapp.errors import ModelFileError
-from chatapp.models import bundled
 from chatapp.gguf.header import inspect
+from chatapp.models import bundled
+from chatapp.models.sources import other_tools
 
 MAX_DEPTH = 4  # folder levels searched below each given folder
 
@@ -20,7 +21,9 @@ class ModelEntry:
     """One GGUF file found on disk."""
 
     path: str
-    source: str  # "bundled", "cache" or "folder"
+    # "bundled", "cache", "folder", or another tool's: "huggingface", "ollama", "lmstudio",
+    # "llama.cpp"
+    source: str
     size_bytes: int
     name: str = ""
     architecture: str = ""
@@ -28,6 +31,12 @@ class ModelEntry:
     n_params: int = 0
     has_chat_template: bool = False
     error: str = ""  # why the file cannot be loaded; empty when it is valid
+    spec: str = ""  # what -m takes: a name (USER/REPO:QUANT, ollama:NAME:TAG) or the path
+    note: str = ""  # what a plain load leaves out, e.g. an Ollama model's vision projector
+
+    def __post_init__(self) -> None:
+        if not self.spec:
+            object.__setattr__(self, "spec", self.path)
 
     @property
     def ok(self) -> bool:
@@ -37,9 +46,11 @@ class ModelEntry:
         return asdict(self)
 
 
-def entry(path: str | Path, source: str) -> ModelEntry:
-    """Describe one file from its header (never raises for a bad file)."""
+def entry(path: str | Path, source: str, spec: str = "", note: str = "") -> ModelEntry:
+    """Describe one file from its header alone (never raises for a bad file); spec defaults to
+    the path."""
     p = Path(path)
+    spec = spec or str(p)
     try:
         size = p.stat().st_size
     except OSError:
@@ -47,7 +58,7 @@ def entry(path: str | Path, source: str) -> ModelEntry:
     try:
         card = inspect(p)
     except ModelFileError as exc:
-        return ModelEntry(str(p), source, size, name=p.stem, error=str(exc))
+        return ModelEntry(str(p), source, size, p.stem, error=str(exc), spec=spec, note=note)
     return ModelEntry(
         str(p),
         source,
@@ -57,6 +68,8 @@ def entry(path: str | Path, source: str) -> ModelEntry:
         quant=card.quant,
         n_params=card.n_params,
         has_chat_template=card.has_chat_template,
+        spec=spec,
+        note=note,
     )
 
 
@@ -103,8 +116,24 @@ def discover(
     include_cache: bool = True,
     include_bundled: bool = True,
     config_dirs: Iterable[str | Path] = (),
+    include_other_tools: bool = True,
 ) -> list[ModelEntry]:
-    """Every GGUF file found, each once: bundled first, then the cache, then the folders.
+    """Every GGUF file found, each once (see discover_with_notes)."""
+    return discover_with_notes(
+        dirs, include_cache, include_bundled, config_dirs, include_other_tools
+    )[0]
+
+
+def discover_with_notes(
+    dirs: Iterable[str | Path] = (),
+    include_cache: bool = True,
+    include_bundled: bool = True,
+    config_dirs: Iterable[str | Path] = (),
+    include_other_tools: bool = True,
+) -> tuple[list[ModelEntry], list[str]]:
+    """Every GGUF file found, each real file once (links resolved): bundled first, then the
+    cache, the folders, and the files other tools keep (Hugging Face cache, Ollama, LM Studio,
+    llama.cpp); and one-line notes on what the other tools' scan skipped.
 
     A folder in `dirs` that cannot be searched is an error; one in `config_dirs` (config's
     model_dirs) is skipped (see missing_dirs)."""
@@ -113,33 +142,38 @@ def discover(
         if not folder.is_dir():
             raise ModelFileError(_not_a_folder(folder))
     folders += [f for f in (Path(d).expanduser() for d in config_dirs) if f.is_dir()]
-    sources: list[tuple[Path, str]] = []
+    sources: list[tuple[Path, str, str, str]] = []  # path, source, spec, note
     if include_bundled:
-        sources += [(p, "bundled") for p in bundled_files()]
+        sources += [(p, "bundled", "", "") for p in bundled_files()]
     if include_cache:
-        sources += [(p, "cache") for p in gguf_files(paths.models_cache_dir())]
+        sources += [(p, "cache", "", "") for p in gguf_files(paths.models_cache_dir())]
     for folder in folders:
-        sources += [(p, "folder") for p in gguf_files(folder)]
+        sources += [(p, "folder", "", "") for p in gguf_files(folder)]
+    notes: list[str] = []
+    if include_other_tools:
+        found, notes = other_tools()
+        sources += [(f.path, f.source, f.spec, f.note) for f in found]
     seen: set[Path] = set()
     entries = []
-    for path, source in sources:
+    for path, source, spec, note in sources:
         key = path.resolve()
         if key in seen:
             continue
         seen.add(key)
-        entries.append(entry(path, source))
-    return entries
+        entries.append(entry(path, source, spec, note))
+    return entries, notes
 
 
 def format_entries(entries: list[ModelEntry]) -> str:
-    """A plain text table of found models."""
+    """A plain text table of found models: the last column is what -m takes (a name where
+    the file has one, e.g. ollama:qwen3:4b, else its path)."""
     if not entries:
         return "no GGUF files found"
-    rows = [("source", "size", "quant", "params", "file")]
+    rows = [("source", "size", "quant", "params", "model")]
     for e in entries:
         size = f"{e.size_bytes / 1024**2:,.0f} MiB"
         params = f"{e.n_params / 1e6:,.0f}M" if e.n_params else "-"
-        rows.append((e.source, size, e.quant or "invalid", params, e.path))
+        rows.append((e.source, size, e.quant or "invalid", params, e.spec))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = []
     for source, size, quant, params, path in rows:
