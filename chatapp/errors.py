@@ -21,3 +21,8 @@ class UsageError(ChatappError):
 class ModelFileError(ChatappError):
     """A file (or a folder of them) that is not a usable GGUF model: missing, unreadable,
     not GGUF, truncated, a header llama.cpp would refuse, or no place to write a copy."""
+
+
+class HubError(ChatappError):
+    """The Hugging Face Hub could not give what was asked: no such repo or file, no access,
+    no network, a download that failed or did not match its checksum."""

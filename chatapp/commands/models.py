@@ -148,7 +148,7 @@ def compare_cmd(
     `options` gives the GPU layers, threads, flash attention and repack of every run (the model
     path and context size are compare's own); `threads` overrides its threads."""
     from chatapp.models import compare, compare_format
-    from chatapp.models.perplexity import ProgressBar
+    from chatapp.progress import ProgressBar
 
     if fmt not in COMPARE_FORMATS:
         raise EngineError(f"unknown format '{fmt}'; choose one of {', '.join(COMPARE_FORMATS)}")

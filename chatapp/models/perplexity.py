@@ -133,27 +133,6 @@ def read_text(path: str | Path) -> str:
     return text
 
 
-class ProgressBar:
-    """One line per file on stderr: tokens scored / total, rate, ETA."""
-
-    def __init__(self, name: str, stream=None) -> None:
-        self.name = name
-        self.stream = stream or sys.stderr
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-
-    def __call__(self, done: int, total: int, seconds: float) -> None:
-        rate = done / seconds if seconds > 0 else 0.0
-        eta = (total - done) / rate if rate > 0 else 0.0
-        filled = int(24 * done / max(total, 1))
-        bar = "█" * filled + "░" * (24 - filled)
-        line = f"{self.name}  {bar} {done}/{total} tokens  {rate:,.0f} t/s  ETA {eta:.0f} s"
-        if self.tty:
-            self.stream.write("\r" + line + ("\n" if done >= total else ""))
-        elif done >= total:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-
-
 def score_file(
     engine, text: str, n_ctx: int, base: Path, is_reference: bool, progress=None
 ) -> TextScore:

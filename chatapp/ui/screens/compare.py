@@ -18,6 +18,7 @@ from textual.widgets import Button, Input, SelectionList, Static
 from textual.widgets.selection_list import Selection
 from textual.worker import Worker, WorkerState
 
+from chatapp.progress import progress_text
 from chatapp.errors import ChatappError
 from chatapp.models import compare, quantize
 from chatapp.models.compare_runs import DEFAULT_KLD_BUDGET, best_tradeoff, tradeoff_line
@@ -30,7 +31,6 @@ from chatapp.ui.widgets.compare_view import (
     RepliesView,
     bars_markup,
     file_label,
-    progress_text,
 )
 
 QUANT_BUTTONS = ("Q8_0", "Q2_K")

@@ -11,6 +11,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.markup import escape
 from textual.widgets import DataTable, Static
 
+from chatapp.progress import progress_text
 from chatapp.models.compare_format import COLUMNS, table_columns
 from chatapp.models.compare_result import CompareResult, RunResult
 from chatapp.models.discovery import ModelEntry
@@ -49,13 +50,6 @@ def file_label(e: ModelEntry) -> str:
         return f"[$error]{name}: {escape(e.error)}[/]"
     size, folder = f"{e.size_bytes / 2**20:,.1f} MiB", escape(str(Path(e.path).parent))
     return f"{name}  [b]{e.quant}[/]  {size}  [$text-muted]{e.source}: {folder}[/]"
-
-
-def progress_text(done: int, total: int, seconds: float) -> str:
-    """A file's text scoring so far: tokens scored / total, rate, time left."""
-    rate = done / seconds if seconds > 0 else 0.0
-    eta = f", {(total - done) / rate:.0f} s left" if rate > 0 and done < total else ""
-    return f"{done}/{total} tokens, {rate:,.0f} t/s{eta}"
 
 
 def short_name(name: str, width: int = NAME_WIDTH) -> str:
