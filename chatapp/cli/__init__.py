@@ -9,6 +9,7 @@ import typer
 from chatapp.cli import (  # noqa: F401  (each module registers its commands on `app`)
     chat_commands,
     history_commands,
+    hub_commands,
     model_commands,
     speed_commands,
 )

@@ -59,7 +59,9 @@ def _lock(repo: str, part: Part):
     never write the same file at once."""
     from filelock import FileLock
 
-    path = hf_cache.cache_root() / ".locks" / hf_cache.repo_folder(repo).name / f"{part.sha256}.lock"
+    path = (
+        hf_cache.cache_root() / ".locks" / hf_cache.repo_folder(repo).name / f"{part.sha256}.lock"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(str(path))
 
@@ -111,7 +113,11 @@ def _mount_point(path: Path) -> Path:
 def discard(repo: str, commit: str, part: Part) -> None:
     """A file that did not match its sha256: the partial, the blob and the snapshot link go,
     or the next call would reuse the bad blob."""
-    for p in (partial_path(repo, part), blob_path(repo, part), snapshot_path(repo, commit, part.filename)):
+    for p in (
+        partial_path(repo, part),
+        blob_path(repo, part),
+        snapshot_path(repo, commit, part.filename),
+    ):
         if p.is_symlink() or p.exists():
             p.unlink()
 

@@ -119,7 +119,9 @@ def fetch_all(
 ) -> Pulled:
     """Every part of the chosen model (a split GGUF's parts together)."""
     total = chosen.size
-    need = sum(p.size - _partial_size(listing.repo, p) for p in chosen.parts if not _have(listing.repo, p))
+    need = sum(
+        p.size - _partial_size(listing.repo, p) for p in chosen.parts if not _have(listing.repo, p)
+    )
     download.check_disk(
         hf_cache.repo_folder(listing.repo) / "blobs", need, f"{listing.repo}/{chosen.filename}"
     )
