@@ -19,6 +19,25 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory) -> None:
         path.mkdir()
         os.environ[f"CHATAPP_{name}_DIR"] = str(path)
     os.environ["CHATAPP_CONFIG"] = str(root / "config" / "config.toml")
+    # Other tools' model folders, empty: the developer's own Hugging Face cache, Ollama,
+    # LM Studio and llama.cpp models never leak into a test. The Hub is never the real one:
+    # a closed port unless a test starts the fake Hub (tests/fake_hub.py).
+    for env, name in OTHER_TOOLS.items():
+        path = root / name
+        path.mkdir()
+        os.environ[env] = str(path)
+    os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
+    os.environ["HF_HOME"] = str(root / "hf-home")  # no saved login (token) of the developer's
+    for env in ("HF_TOKEN", "HF_HUB_OFFLINE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN_PATH"):
+        os.environ.pop(env, None)
+
+
+OTHER_TOOLS = {
+    "HF_HUB_CACHE": "hf-hub",
+    "OLLAMA_MODELS": "ollama-models",
+    "LMSTUDIO_MODELS": "lmstudio-models",
+    "LLAMA_CACHE": "llama-cpp-cache",
+}
 
 
 @pytest.fixture
