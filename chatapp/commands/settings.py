@@ -66,7 +66,11 @@ def draft_choice(value: str | None, config=None) -> tuple[str, str | None]:
     """Speculative decoding from --draft, else config's `draft` (config.draft_source)."""
     from chatapp.config import Config, draft_source
 
-    return draft_source((config or Config()).draft if value is None else value)
+    raw = (config or Config()).draft if value is None else value
+    kind, path = draft_source(raw)
+    if kind == "model":  # a draft model may be named as any model is
+        path = resolve_model(raw.strip())
+    return kind, path
 
 
 def sampler_settings(config=None, **given: object) -> SamplerSettings:
