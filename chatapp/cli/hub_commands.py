@@ -27,6 +27,9 @@ def pull(
     update: Annotated[
         bool, typer.Option("--update", help="download again if the file changed upstream")
     ] = False,
+    calibrate: Annotated[
+        bool, typer.Option("--calibrate", help="with --list: measure this machine's speed again")
+    ] = False,
     ctx: CtxOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -38,7 +41,7 @@ def pull(
             from chatapp.errors import UsageError
 
             raise UsageError("--list downloads nothing; it does not take --update")
-        raise typer.Exit(list_cmd(specs, ctx or read_config().n_ctx, as_json))
+        raise typer.Exit(list_cmd(specs, ctx or read_config().n_ctx, as_json, calibrate))
     raise typer.Exit(pull_cmd(specs, as_json, update))
 
 

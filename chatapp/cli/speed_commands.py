@@ -18,7 +18,7 @@ from chatapp.cli.options import (
     ThreadsOpt,
 )
 from chatapp.cli.typer_app import app
-from chatapp.commands.settings import draft_choice, load_options, read_config
+from chatapp.commands.settings import draft_choice, load_options, read_config, resolve_model
 from chatapp.errors import UsageError
 
 DEFAULT_DEPTH = 256
@@ -73,11 +73,19 @@ def bench(
             "--alternatives", min=1, max=8, help="N replies in one batch vs one reply (2..8)"
         ),
     ] = 1,
+    estimate: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--estimate",
+            help="a GGUF file or name (repeatable): `pull --list`'s expected speed vs real decode",
+        ),
+    ] = None,
 ) -> None:
     """Decode and prefill speed of the engine vs llama-cpp-python (and llama-bench)."""
     kind, draft_model = draft_choice(draft or "off")
     mode = (
-        "--alternatives" if alternatives > 1
+        "--estimate" if estimate
+        else "--alternatives" if alternatives > 1
         else "--draft" if kind
         else "--terminal" if terminal
         else "--ui" if ui
@@ -94,6 +102,11 @@ def bench(
         config=read_config(),
         draft_model=draft_model,
     )
+    if estimate:
+        from chatapp.commands.estimate_bench import print_estimate_bench
+
+        files = [resolve_model(f) for f in estimate]
+        raise typer.Exit(print_estimate_bench(files, options, reps, as_json))
     if alternatives > 1:
         from chatapp.commands.batch_bench import print_batch_bench
 

@@ -54,13 +54,13 @@ def pull_cmd(specs: list[str], as_json: bool = False, update: bool = False) -> i
     return 0
 
 
-def list_cmd(specs: list[str], n_ctx: int, as_json: bool = False) -> int:
+def list_cmd(specs: list[str], n_ctx: int, as_json: bool = False, fresh: bool = False) -> int:
     """Each repo's GGUF files with fit, expected speed here and one recommended."""
     from chatapp.models.hub.speed import calibrate
 
     parsed = [_hf_spec(s) for s in specs]
     try:
-        cal = calibrate()
+        cal = calibrate(force=fresh)
     except Exception as exc:  # no speed column rather than no list
         _say(f"note: no speed estimate: the calibration decode failed ({exc})")
         cal = None

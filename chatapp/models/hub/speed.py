@@ -52,23 +52,17 @@ def saved() -> Calibration | None:
         return None
 
 
-def calibrate(options=None) -> Calibration:
-    """The saved calibration, else a real decode of the bundled model (about 3 s), saved."""
-    from dataclasses import asdict, replace
+def measure_decode(path: str, options=None) -> float:
+    """Decode tokens/s of a file here: the calibration's own run (greedy, 96 tokens, a short
+    prompt, ctx 512), so a file's estimate and its measurement compare like for like."""
+    from dataclasses import replace
 
     from chatapp.engine.factory import make_engine
     from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions
-    from chatapp.models.bundled import default_model
     from chatapp.models.compare import reply_ids
     from chatapp.sampling import SamplerSettings
 
-    found = saved()
-    if found is not None:
-        return found
-    from chatapp.engine.local import machine
-
-    model = str(default_model())
-    options = replace(options or LoadOptions(model_path=model), model_path=model, n_ctx=512)
+    options = replace(options or LoadOptions(model_path=path), model_path=path, n_ctx=512)
     engine = make_engine(options)
     try:
         engine.start()
@@ -81,7 +75,23 @@ def calibrate(options=None) -> Calibration:
         engine.close()
     tps = finished.stats.decode_tps if finished else None
     if not tps:
-        raise RuntimeError("the calibration decode gave no speed")
+        raise RuntimeError(f"the decode of {Path(path).name} gave no speed")
+    return tps
+
+
+def calibrate(options=None, force: bool = False) -> Calibration:
+    """The saved calibration, else a real decode of the bundled model (about 3 s), saved."""
+    from dataclasses import asdict
+
+    from chatapp.models.bundled import default_model
+
+    found = None if force else saved()
+    if found is not None:
+        return found
+    from chatapp.engine.local import machine
+
+    model = str(default_model())
+    tps = measure_decode(model, options)
     per_token = bytes_per_token(model)
     cal = Calibration(per_token * tps, tps, Path(model).name, per_token, time.time())
     machine.remember(decode_calibration=asdict(cal))
