@@ -353,3 +353,62 @@ def test_a_named_model_is_pulled_then_answers(hub, model_path):
     r2 = subprocess.run([*cmd, "--max-tokens", "4"], capture_output=True, text=True, timeout=300)
     assert r2.returncode == 0 and "pulling" not in r2.stderr
     assert hub.repos["test/SmolLM2-GGUF"].files["SmolLM2-135M-Instruct-Q4_1.gguf"].served == served
+
+
+def test_a_full_disk_mid_file_is_one_sentence_and_resumes(hub, monkeypatch):
+    import builtins
+    import errno
+
+    data = blob(3 * MB)
+    hub.add(REPO, "tiny-Q8_0.gguf", data)
+    real_open = builtins.open
+
+    class Full:
+        def __init__(self, f):
+            self.f, self.n = f, 0
+
+        def write(self, chunk):
+            if self.n + len(chunk) > MB:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.n += len(chunk)
+            return self.f.write(chunk)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    def filling(path, mode="r", *a, **kw):
+        f = real_open(path, mode, *a, **kw)
+        writing = "a" in mode or "w" in mode
+        return Full(f) if str(path).endswith(".incomplete") and writing else f
+
+    monkeypatch.setattr(builtins, "open", filling)
+    with pytest.raises(HubError, match="No space left on device.*free some space.*resumes"):
+        pull(REPO)
+    monkeypatch.setattr(builtins, "open", real_open)
+    got = pull(REPO)
+    assert 0 < got.resumed_from <= MB and got.path.read_bytes() == data
+
+
+def test_ctrl_c_stops_a_pull_cleanly(hub):
+    hub.add(REPO, "tiny-Q8_0.gguf", blob(16 * MB))
+    hub.throttle_bps = 2 * MB
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "chatapp.cli", "pull", REPO],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while _partial_size(REPO) < MB and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "stopped; what was downloaded stays: run the same command to resume" in err
+    assert "Traceback" not in err and _partial_size(REPO) >= MB

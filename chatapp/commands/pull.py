@@ -33,12 +33,18 @@ def pull_cmd(specs: list[str], as_json: bool = False, update: bool = False) -> i
     parsed = [_hf_spec(s) for s in specs]  # every name checked before any download
     done = []
     for spec in parsed:
-        got = pull(
-            spec,
-            update=update,
-            progress=lambda name: ProgressBar(name, unit="bytes"),
-            say=_say,
-        )
+        try:
+            got = pull(
+                spec,
+                update=update,
+                progress=lambda name: ProgressBar(name, unit="bytes"),
+                say=_say,
+            )
+        except KeyboardInterrupt:
+            _say(
+                f"\n{spec.text}: stopped; what was downloaded stays: run the same command to resume"
+            )
+            raise
         if got.resumed_from is None:
             _say(f"{spec.text}: already here")
         elif got.resumed_from:

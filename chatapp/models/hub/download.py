@@ -188,6 +188,12 @@ def _download(
                             progress(done, size, time.perf_counter() - t0, start)
                 except httpx.TransportError as exc:  # the connection dropped mid-file
                     raise _stopped(done, size) from exc
+                except OSError as exc:  # the disk filled up (or went away) mid-file
+                    raise HubError(
+                        f"writing {partial.name} failed at {gb(done)} of {gb(size)} "
+                        f"({exc.strerror or exc}): free some space, then run the same "
+                        "command again; it resumes where it stopped"
+                    ) from exc
                 finally:
                     f.flush()
     if done != size:
