@@ -197,7 +197,13 @@ def test_load_options_given_then_config_then_defaults(tmp_path):
         model, n_ctx=1024, n_gpu_layers=0, n_threads=3, n_batch=512, flash_attn=True, repack=False
     )
     given = load_options(
-        Path(model), ctx=256, ngl=5, threads=2, batch=1024, flash_attn=False, repack=True,
+        Path(model),
+        ctx=256,
+        ngl=5,
+        threads=2,
+        batch=1024,
+        flash_attn=False,
+        repack=True,
         config=config,
     )
     assert given == LoadOptions(model, 256, 5, 2, 256, False, True)  # batch capped at ctx

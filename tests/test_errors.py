@@ -12,10 +12,10 @@ from chatapp.config import ConfigError
 from chatapp.engine.local.template import TemplateError
 from chatapp.engine.protocol import EngineCrashed, EngineError
 from chatapp.errors import ChatappError, ModelFileError, UsageError
+from chatapp.gguf.header import validate
 from chatapp.history.records import StoreError
 from chatapp.history.store import StoreError as StoreErrorReexported
 from chatapp.models.bundled import BundledModelMissing
-from chatapp.gguf.header import validate
 from chatapp.sampling import SamplerSettings, SettingsError
 from chatapp.ui.bench import BenchError
 from chatapp.ui.themes import ThemeFileError

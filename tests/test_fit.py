@@ -12,9 +12,9 @@ import pytest
 from chatapp.commands.models import fit_cmd, inspect_cmd
 from chatapp.engine.protocol import EngineError, LoadOptions
 from chatapp.errors import ModelFileError
+from chatapp.gguf.header import inspect, read_header
 from chatapp.models import fit
 from chatapp.models.bundled import smollm2_path
-from chatapp.gguf.header import inspect, read_header
 
 MIB = 1024**2
 GIB = 1024**3

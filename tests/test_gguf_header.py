@@ -13,8 +13,8 @@ from gguf_builders import build, kv_str, kv_str_array, kv_u32, s, tensor, write
 
 from chatapp.errors import ModelFileError
 from chatapp.gguf import header as gguf_header
-from chatapp.models.bundled import smollm2_path
 from chatapp.gguf.header import inspect, read_header, validate
+from chatapp.models.bundled import smollm2_path
 
 
 def refused(path: Path) -> str:
@@ -279,7 +279,9 @@ def test_string_array_is_counted_not_decoded(tmp_path):
         kv_str_array("tokenizer.ggml.tokens", list("abc")),
     ]
     path = write(tmp_path, build(kvs=kvs))
-    assert read_header(path).metadata["tokenizer.ggml.tokens"] == gguf_header.ArrayValue("string", 3)
+    assert read_header(path).metadata["tokenizer.ggml.tokens"] == gguf_header.ArrayValue(
+        "string", 3
+    )
     assert inspect(path).vocab_size == 3
 
 

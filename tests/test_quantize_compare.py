@@ -15,10 +15,10 @@ from chatapp import paths
 from chatapp.commands.models import compare_cmd, models_cmd, quantize_cmd
 from chatapp.engine.protocol import EngineError, Finished, ModelInfo, StopReason, Token, TokenPiece
 from chatapp.errors import ModelFileError
+from chatapp.gguf.header import inspect
 from chatapp.metrics import GenerationStats
 from chatapp.models import compare, compare_format, compare_runs, discovery, quantize
 from chatapp.models.bundled import smollm2_path
-from chatapp.gguf.header import inspect
 
 pytestmark = pytest.mark.slow
 

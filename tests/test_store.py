@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from chatapp.gguf.header import quant_name
 from chatapp.history.store import (
     SCHEMA_VERSION,
     MessageStatus,
@@ -26,7 +27,6 @@ from chatapp.history.store import (
     title_from,
 )
 from chatapp.metrics import GenerationStats
-from chatapp.gguf.header import quant_name
 from chatapp.sampling import PRESETS
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from textual.widgets import Input, OptionList, SelectionList
 
 from chatapp.engine.protocol import EngineError, Finished, ModelInfo, StopReason, Token
 from chatapp.metrics import GenerationStats
-from chatapp.models import compare, compare_runs, quantize
+from chatapp.models import compare_runs, quantize
 from chatapp.models.compare_result import CompareResult, RunResult
 from chatapp.models.compare_runs import runs_folder, saved_runs
 from chatapp.ui.screens import compare as compare_screen

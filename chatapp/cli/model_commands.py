@@ -1,4 +1,4 @@
-"""`chatapp inspect`, `fit`, `models`, `quantize` and `compare`: GGUF files, before and side by side."""
+"""`chatapp inspect`, `fit`, `models`, `quantize` and `compare`: GGUF files, one or several."""
 
 from __future__ import annotations
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from chatapp import breakdown
 from chatapp.chat.session import ChatSession

@@ -8,7 +8,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from chatapp import paths
 from chatapp.chat.thinking import split_reply
 from chatapp.history.store import (
     SCHEMA_VERSION,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from chatapp.commands.settings import resolve_model
 from chatapp.engine.protocol import ALL_GPU_LAYERS, EngineError, LoadOptions
-from chatapp.models import fit
 from chatapp.gguf.header import card_from_header, read_header
+from chatapp.models import fit
 from chatapp.models.model_card import card_rows
 
 COMPARE_FORMATS = ("table", "json", "csv", "markdown")

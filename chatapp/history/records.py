@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from chatapp.errors import ChatappError
-from chatapp.metrics import GenerationStats
 from chatapp.gguf.header import file_quant
+from chatapp.metrics import GenerationStats
 from chatapp.sampling import SamplerSettings, SettingsError
 
 HEADER_BYTES = 1 << 20

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +19,10 @@ from chatapp.engine.protocol import (
     LoadOptions,
     Token,
 )
+from chatapp.gguf.header import inspect
 from chatapp.models import perplexity
 from chatapp.models.compare_result import CompareResult, RunResult
 from chatapp.models.compare_runs import save_result
-from chatapp.gguf.header import inspect
 from chatapp.sampling import SamplerSettings
 
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from chatapp import paths
 from chatapp.errors import ModelFileError
-from chatapp.models import bundled
 from chatapp.gguf.header import inspect
+from chatapp.models import bundled
 
 MAX_DEPTH = 4  # folder levels searched below each given folder
 

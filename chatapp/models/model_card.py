@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from chatapp.models import fit
 from chatapp.gguf.header import ModelCard
+from chatapp.models import fit
 
 
 def card_rows(card: ModelCard, with_path: bool = False) -> list[tuple[str, str]]:

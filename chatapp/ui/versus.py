@@ -12,9 +12,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Input, Static
 
-from chatapp.config import Config, effective_theme
 from chatapp.chat.recorder import ChatHistory
 from chatapp.chat.session import ChatSession
+from chatapp.config import Config, effective_theme
 from chatapp.engine.protocol import Engine, Token
 from chatapp.errors import ChatappError
 from chatapp.sampling import SamplerSettings

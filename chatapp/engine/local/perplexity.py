@@ -1,4 +1,4 @@
-"""LoadedModel side of llama-perplexity-grade scoring: chunked prefill, per-token NLL, KL vs a base."""
+"""LoadedModel side of perplexity scoring: chunked prefill, per-token NLL, KL against a base."""
 
 from __future__ import annotations
 
@@ -93,7 +93,9 @@ def base_files(base_path: str) -> tuple[Path, Path, Path]:
     )
 
 
-def run(w: LoadedModel, job: PerplexityJob, progress: Callable[[int, int, float], None]) -> dict | str:
+def run(
+    w: LoadedModel, job: PerplexityJob, progress: Callable[[int, int, float], None]
+) -> dict | str:
     """Score the whole text; returns per-position arrays, or one sentence saying what failed."""
     tokens = np.asarray(w.tokenize(job.text, add_bos=w.add_bos, special=False), dtype=np.int32)
     n_ctx = job.n_ctx

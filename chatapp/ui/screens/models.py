@@ -18,9 +18,9 @@ from textual.widgets import Button, DataTable, Input, Label, Static
 
 from chatapp.engine.protocol import ALL_GPU_LAYERS, LoadOptions, gpu_layer_total
 from chatapp.errors import ModelFileError
+from chatapp.gguf.header import ModelCard, card_from_header, read_header
 from chatapp.models import fit
 from chatapp.models.discovery import ModelEntry, discover
-from chatapp.gguf.header import ModelCard, card_from_header, read_header
 from chatapp.ui.widgets.model_card import CardView, FitView, machine_memory
 
 MIN_CTX, MAX_CTX = 64, 1 << 20

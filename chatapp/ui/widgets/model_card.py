@@ -7,8 +7,8 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from chatapp.engine.protocol import gpu_layer_total, resolved_gpu_layers
-from chatapp.models import fit
 from chatapp.gguf.header import ModelCard
+from chatapp.models import fit
 from chatapp.models.model_card import card_rows
 
 
