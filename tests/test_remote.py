@@ -322,7 +322,7 @@ def test_missing_key_variable(monkeypatch):
 @pytest.mark.slow
 async def test_tui_chats_over_the_server(server):
     """The same chat and panels over a real server: reply, candidates, a note on live settings."""
-    from test_ui import SIZE, send, wait_until
+    from helpers import SIZE, send, wait_until
 
     from chatapp.ui.app import ChatApp
 

@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_templates import CHAT, GENERATION_PROMPT, TEMPLATES
+from helpers import CHAT, GENERATION_PROMPT, TEMPLATES
 
 from chatapp.engine.local.template import render
 from chatapp.engine.protocol import ChatMessage

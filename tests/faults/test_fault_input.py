@@ -9,22 +9,24 @@ import sys
 import time
 
 import pytest
-from fault_helpers import REPO, SIZE, one_error_line, run_cli, screen_text, status, wait_until
+from helpers import (
+    HOSTILE,
+    REPO,
+    SIZE,
+    HostileEngine,
+    one_error_line,
+    run_cli,
+    screen_text,
+    status,
+    wait_until,
+)
 from scripted_engine import ScriptedEngine
 from textual import events
 
 from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import (
-    Candidate,
-    Finished,
-    GenerateRequest,
     LoadOptions,
-    PromptEvaluated,
-    StopReason,
-    Token,
-    TokenPiece,
 )
-from chatapp.metrics import stats_from_times
 from chatapp.textsafe import printable
 from chatapp.ui.app import ChatApp
 
@@ -35,49 +37,12 @@ TOO_LONG = (
     r"or load with a larger --ctx"
 )
 
-# What a model (or a server's JSON) may emit, and what a user may paste: each must be shown as
-# visible symbols, never reach the terminal raw.
-HOSTILE = [
-    "\x1b[31mred\x1b[0m",  # SGR colour
-    "\x1b]0;pwned\x07",  # OSC: set the window title
-    "\x1b[2J\x1b[H",  # clear the screen, cursor home
-    "nul\x00byte",
-    "bell\x07",
-    "\x9b31mC1",  # 8-bit CSI
-    "lone\ud800surrogate",  # from JSON "\ud800", or argv that is not UTF-8
-    "back\x08space",
-    "carriage\rreturn",
-    "del\x7f",
-]
 RAW = ["\x1b", "\x00", "\x07", "\x9b", "\ud800", "\x08", "\r", "\x7f"]
 
 
 def assert_no_raw(text: str) -> None:
     found = [repr(c) for c in RAW if c in text]
     assert not found, f"raw control characters reach the screen: {found}"
-
-
-class HostileEngine(ScriptedEngine):
-    """Replies with the HOSTILE words, one token each."""
-
-    def generate(self, request: GenerateRequest):
-        self.requests.append(request)
-        t0 = time.perf_counter()
-        yield PromptEvaluated(
-            (TokenPiece(1, b"\x1b[2J"), TokenPiece(2, b"user")), "", 2, 0, 0.001, t0
-        )
-        times, parts = [], []
-        for n, word in enumerate(HOSTILE):
-            piece = (" " + word).encode("utf-8", "surrogatepass")
-            cand = Candidate(n, piece, 0.5, 0.6)
-            times.append(time.perf_counter())
-            parts.append(" " + word)
-            yield Token(n, n, piece, " " + word, times[-1], -0.69, (cand,))
-        stats = stats_from_times(
-            t_request=t0, t_prefill_start=t0, t_prefill_end=t0 + 0.001, token_times=times,
-            prompt_tokens=2, prompt_evaluated=2, n_past=2 + len(times), n_ctx=2048,
-        )  # fmt: skip
-        yield Finished(StopReason.EOG, "".join(parts), stats)
 
 
 async def _paste(pilot, app: ChatApp, text: str) -> None:

@@ -9,7 +9,7 @@ import time
 from contextlib import suppress
 
 import pytest
-from fault_helpers import SIZE, send, status, wait_until
+from helpers import SIZE, status, submit, wait_until
 
 from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
@@ -35,7 +35,7 @@ def _reap(pid: int | None) -> None:
 
 
 async def _interrupted_reply(pilot, app: ChatApp, fault) -> tuple[int, str]:
-    await send(pilot, app, "Tell me about the sea.")
+    await submit(pilot, app, "Tell me about the sea.")
     await wait_until(pilot, lambda: app.reply is not None and len(app.reply.tokens) >= 3)
     pid = app.engine.pid
     fault(pid)
@@ -67,7 +67,7 @@ async def _next_reply_works(pilot, app: ChatApp, old_pid: int, how: str) -> None
         await pilot.press("ctrl+k")
         await wait_until(pilot, lambda: app.engine is not None, timeout=60)
         assert status(app).startswith("ready: ")
-        await send(pilot, app, "Thanks!")
+        await submit(pilot, app, "Thanks!")
     else:  # the next send starts a worker by itself
         prompt = app.query_one("#prompt")
         prompt.text = "Thanks!"
@@ -138,7 +138,7 @@ async def test_worker_killed_between_replies_then_send(model_path):
     pid = None
     try:
         async with app.run_test(size=SIZE) as pilot:
-            await send(pilot, app, "Hi")
+            await submit(pilot, app, "Hi")
             await wait_until(pilot, lambda: len(app.conversation) == 2, timeout=60)
             pid = app.engine.pid
             os.kill(pid, signal.SIGKILL)
