@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 from helpers import run_cli
@@ -55,11 +58,24 @@ def test_ask_json_has_the_documented_keys():
         "repack": not crashed,
         # transparent huge pages where the kernel offers them on request (or to everyone)
         "huge_pages": huge_pages.available(),
-        "extra_buffers": data["settings"]["extra_buffers"] if not crashed else [],
+        "extra_buffers": llama_cpp_extra_buffers() if not crashed else [],
         "n_gpu_layers": 0,
         "tuned": False,
     }
-    assert set(data["settings"]["extra_buffers"]) <= {"AMX", "CPU_REPACK"}
+
+
+def llama_cpp_extra_buffers() -> list[str]:
+    """The extra CPU buffer types llama.cpp itself puts the bundled model's weights in, read
+    from its own log of a plain load (its defaults: extra buffers on, no GPU layers)."""
+    load = (
+        "import llama_cpp, sys; from chatapp.models.bundled import smollm2_path; "
+        "llama_cpp.Llama(str(smollm2_path()), n_ctx=256, n_gpu_layers=0, verbose=True)"
+    )
+    r = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    found = re.findall(r"load_tensors:\s+(\S+) model buffer size", r.stderr)
+    assert found, "llama.cpp's log names no model buffer"
+    return list(dict.fromkeys(b for b in found if b.upper() in {"AMX", "CPU_REPACK", "KLEIDIAI"}))
 
 
 @pytest.mark.slow
