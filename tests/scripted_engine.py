@@ -34,8 +34,16 @@ class ScriptedEngine:
         words: list[str] | None = None,
         fail_with: str | None = None,
         pinned_stats: GenerationStats | None = None,
+        pinned_gaps: tuple[float, ...] = (),
+        paint_gate: threading.Event | None = None,
     ) -> None:
         self.pinned_stats = pinned_stats
+        # Token times on a made-up clock, for pictures that must not change: token n comes
+        # pinned_gaps[n % len] seconds after the one before (the real clock when empty).
+        self.pinned_gaps = pinned_gaps
+        # Set by the test's app when a reply's first token is painted: the engine waits for it
+        # after that token, so the first paint always comes before the reply's end.
+        self.paint_gate = paint_gate
         self.delay = delay
         self.words = words or WORDS
         self.fail_with = fail_with
@@ -76,8 +84,9 @@ class ScriptedEngine:
         prompt = [start, TokenPiece(2, b"user"), TokenPiece(3, b"\n")]
         for m in request.messages:
             prompt += [TokenPiece(100 + i, w.encode()) for i, w in enumerate(m.content.split())]
+        prefill_s = self.pinned_stats.prefill_s if self.pinned_stats else 0.001
         yield PromptEvaluated(
-            tuple(prompt), "<|im_start|>user\n...", len(prompt), 0, 0.001, time.perf_counter()
+            tuple(prompt), "<|im_start|>user\n...", len(prompt), 0, prefill_s, time.perf_counter()
         )
         if self.fail_with:
             yield Failed(self.fail_with)
@@ -87,7 +96,11 @@ class ScriptedEngine:
         text = "".join(TokenPiece(i, self._piece(i)).text for i in request.reply_prefix_ids)
         start = len(request.reply_prefix_ids)
         reason = StopReason.MAX_TOKENS
+        if self.paint_gate is not None:
+            self.paint_gate.clear()
         for n in range(start, start + settings.max_tokens):
+            if n == start + 1 and self.paint_gate is not None:
+                self.paint_gate.wait(timeout=10)
             if self._cancel.is_set():
                 reason = StopReason.CANCELLED
                 break
@@ -98,7 +111,10 @@ class ScriptedEngine:
                 reason = StopReason.EOG
                 break
             time.sleep(self.delay)
-            t = time.perf_counter()
+            if self.pinned_gaps:
+                t = (times[-1] if times else t0) + self.pinned_gaps[n % len(self.pinned_gaps)]
+            else:
+                t = time.perf_counter()
             times.append(t)
             piece = self._piece(n)
             cands = tuple(

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import gguf_builders
 import pytest
+from helpers import FakeEngine, run_cli, wait_until
 from scripted_engine import ScriptedEngine
-from test_cli import chatapp
-from test_ui import wait_until
 
 from chatapp import paths
 from chatapp.commands.settings import load_options, resolve_server, sampler_settings
@@ -51,7 +50,7 @@ def test_models_lists_the_files_in_config_model_dirs(tmp_path):
     _write_config(
         f"model_dirs = [{json.dumps(str(folder))}, {json.dumps(str(tmp_path / 'gone'))}]\n"
     )
-    r = chatapp("models", "--json")
+    r = run_cli("models", "--json")
     assert r.returncode == 0, r.stderr
     listed = {e["path"]: e for e in json.loads(r.stdout)}
     assert listed[str(tiny)]["source"] == "folder" and listed[str(tiny)]["error"] == ""
@@ -61,10 +60,10 @@ def test_models_lists_the_files_in_config_model_dirs(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     two = gguf_builders.write(other, gguf_builders.build(), "two.gguf")
-    r = chatapp("models", "--dir", str(other))
+    r = run_cli("models", "--dir", str(other))
     assert r.returncode == 0, r.stderr
     assert str(tiny) in r.stdout and str(two) in r.stdout
-    r = chatapp("models", "--dir", str(tmp_path / "nope"))
+    r = run_cli("models", "--dir", str(tmp_path / "nope"))
     assert r.returncode == 1
     assert r.stderr.splitlines()[-1].startswith("error: cannot list models in")
 
@@ -97,16 +96,16 @@ def test_server_name_from_config_expands_to_its_url(monkeypatch):
     port = _dead_port()
     _write_config(f'[servers.box]\nurl = "http://127.0.0.1:{port}"\napi_key_env = "BOX_KEY"\n')
     monkeypatch.delenv("BOX_KEY", raising=False)
-    r = chatapp("ask", "hi", "--server", "box")  # the server's api_key_env is used
+    r = run_cli("ask", "hi", "--server", "box")  # the server's api_key_env is used
     assert r.returncode == 1
     assert r.stderr.startswith("error: the environment variable $BOX_KEY is not set")
     monkeypatch.setenv("BOX_KEY", "secret")
-    r = chatapp("ask", "hi", "--server", "box")
+    r = run_cli("ask", "hi", "--server", "box")
     assert r.returncode == 1
     assert "Traceback" not in r.stderr
     assert f"error: cannot connect to http://127.0.0.1:{port}" in r.stderr
     # a URL works as before
-    r = chatapp("ask", "hi", "--server", f"127.0.0.1:{port}")
+    r = run_cli("ask", "hi", "--server", f"127.0.0.1:{port}")
     assert r.returncode == 1 and f"http://127.0.0.1:{port}" in r.stderr
 
 
@@ -114,7 +113,7 @@ def test_server_name_from_config_expands_to_its_url(monkeypatch):
 def test_unknown_server_name_is_one_error_line_naming_the_configured_ones(command):
     _write_config('[servers.box]\nurl = "http://10.0.0.1:8080"\n[servers.gpu]\nurl = "http://g"\n')
     args = ["ask", "hi"] if command == "ask" else ["chat"]
-    r = chatapp(*args, "--server", "nope")
+    r = run_cli(*args, "--server", "nope")
     assert r.returncode == 2  # a usage error
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: unknown server 'nope'")
@@ -218,7 +217,7 @@ def test_ask_takes_its_load_and_sampler_settings_from_the_config():
     _write_config(
         "n_ctx = 512\nthreads = 1\nrepack = false\n[sampler]\ntemperature = 0.0\nmax_tokens = 3\n"
     )
-    r = chatapp("ask", "Say hi.", "--json")
+    r = run_cli("ask", "Say hi.", "--json")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["completion_tokens"] <= 3
@@ -227,7 +226,7 @@ def test_ask_takes_its_load_and_sampler_settings_from_the_config():
 
 def test_bench_takes_n_ctx_from_the_config():
     _write_config("n_ctx = 256\n")
-    r = chatapp("bench", "--depth", "200", "--tokens", "100")
+    r = run_cli("bench", "--depth", "200", "--tokens", "100")
     assert r.returncode == 2  # a usage error
     assert r.stderr.strip() == (
         "error: --depth 200 + --tokens 100 do not fit in a context of 256 tokens: give a "
@@ -236,8 +235,6 @@ def test_bench_takes_n_ctx_from_the_config():
 
 
 def test_compare_loads_every_file_with_the_config_settings(tmp_path):
-    from test_quantize_compare import FakeEngine
-
     from chatapp.models import compare
 
     seen: list[LoadOptions] = []

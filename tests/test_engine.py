@@ -123,19 +123,27 @@ def test_candidates_are_probabilities_and_include_the_choice(engine):
 
 
 def test_top_p_and_min_p_cut_lines(engine):
+    # No penalty and top-k off: each cut then depends on the raw probabilities alone.
     s = SamplerSettings(
         temperature=1.0, top_k=0, top_p=0.5, min_p=0.2, seed=1, max_tokens=6, repeat_penalty=1.0
     )
     _, tokens, _ = run(engine, GenerateRequest(ask("Hello!"), s, top_n=10))
+    cut_by_min_p = cut_by_top_p = 0
     for tok in tokens:
         c = tok.candidates
-        assert c[0].kept
-        top = c[0].p
+        top, before = c[0].p, 0.0
         for cand in c:
-            if cand.kept_min_p:
-                assert cand.p >= 0.2 * top * 0.999 or not cand.kept_top_p
-        dropped = [x for x in c if not x.kept]
-        assert all(x.p_final == 0 for x in dropped)
+            floor = 0.2 * top  # min-p keeps what is at least min_p times the best
+            if abs(cand.p - floor) > 1e-5 * top:
+                assert cand.kept_min_p == (cand.p >= floor), (cand, floor)
+            if abs(before - 0.5) > 1e-5:  # top-p keeps up to the first reaching the mass
+                assert cand.kept_top_p == (before < 0.5), (cand, before)
+            before += cand.p
+            cut_by_min_p += not cand.kept_min_p
+            cut_by_top_p += not cand.kept_top_p
+        assert c[0].kept
+        assert all(x.p_final == 0 for x in c if not x.kept)
+    assert cut_by_min_p and cut_by_top_p, "each cut must show up for the check to mean something"
 
 
 def test_max_tokens_stops_with_reason(engine):

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import inspect
-import sys
-from pathlib import Path
 
 import pytest
+from helpers import BrokenEngine, FakeEngine, HostileEngine
 from scripted_engine import ScriptedEngine
 
 from chatapp.engine.local.engine import LocalEngine
@@ -31,9 +30,6 @@ def test_the_protocol_names_what_the_app_and_commands_call():
 
 
 def _full_fakes():
-    sys.path.insert(0, str(Path(__file__).parent / "faults"))  # (the fault battery's helpers)
-    from test_fault_input import HostileEngine
-
     return [ScriptedEngine, HostileEngine]
 
 
@@ -63,8 +59,6 @@ def test_engines_set_info_and_notes_when_built(tmp_path):
 
 def test_partial_fakes_only_have_members_with_the_real_engines_parameters():
     # Fakes of the local engine for compare/picker tests implement only what those use.
-    from test_quantize_compare import FakeEngine
-    from test_ui_models import BrokenEngine
 
     for fake in (FakeEngine, BrokenEngine):
         for name, member in vars(fake).items():

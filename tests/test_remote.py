@@ -207,11 +207,10 @@ def test_tokenize(engine):
 def test_cancel_stops_promptly(engine):
     got: list = []
     timer: threading.Timer | None = None
-    t_cancel = 0.0
+    seen_at_cancel: list[int] = []
 
     def cancel() -> None:
-        nonlocal t_cancel
-        t_cancel = time.perf_counter()
+        seen_at_cancel.append(sum(isinstance(e, Token) for e in got))
         engine.cancel()
 
     long_reply = ask("Write a long story.", settings=GREEDY.with_(max_tokens=400))
@@ -220,10 +219,12 @@ def test_cancel_stops_promptly(engine):
         if isinstance(event, Token) and event.index == 2 and timer is None:
             timer = threading.Timer(0.0, cancel)
             timer.start()
-    elapsed = time.perf_counter() - t_cancel
     finished = got[-1]
     assert isinstance(finished, Finished) and finished.reason == StopReason.CANCELLED
-    assert elapsed < 1.0
+    # Promptly in tokens, not seconds (a busy machine slows both sides alike): the socket is
+    # shut at once, so at most the token being read when cancel() ran still arrives.
+    late = sum(isinstance(e, Token) for e in got) - seen_at_cancel[0]
+    assert late <= 1, f"{late} tokens arrived after cancel()"
     n = sum(isinstance(e, Token) for e in got)
     assert 3 <= n < 400
     assert finished.text == "".join(e.text for e in got if isinstance(e, Token))
@@ -322,7 +323,7 @@ def test_missing_key_variable(monkeypatch):
 @pytest.mark.slow
 async def test_tui_chats_over_the_server(server):
     """The same chat and panels over a real server: reply, candidates, a note on live settings."""
-    from test_ui import SIZE, send, wait_until
+    from helpers import SIZE, send, wait_until
 
     from chatapp.ui.app import ChatApp
 

@@ -1,27 +1,42 @@
-"""Snapshot tests of the main screens (scripted engine; timings pinned so they are stable)."""
+"""Snapshot tests of the main screens (scripted engine on a made-up clock, first paint pinned)."""
 
 from __future__ import annotations
 
+import threading
+import time
+from pathlib import Path
+
+from helpers import SIZE, wait_until
 from scripted_engine import ScriptedEngine
 
+import chatapp.ui.app
 from chatapp.metrics import GenerationStats
 from chatapp.ui.app import ChatApp
-from chatapp.ui.widgets.stats import LiveStats
 
-SIZE = (120, 40)
-PINNED = LiveStats(
-    ttft_s=0.042,
-    first_paint_s=0.051,
-    prefill_tps=812.0,
-    prompt_new=31,
-    prompt_reused=0,
-    decode_tps=96.5,
-    tokens=36,
-    n_past=67,
-    n_ctx=2048,
-    stop_reason="eog",
-    state="ready",
-)
+# The one number of the Speed panel read from the wall clock, pinned where it is measured; the
+# rest (rates, sparkline, the "why" note) reaches the picture through the app's own path.
+FIRST_PAINT_S = 0.051
+# Seconds between tokens on the scripted engine's made-up clock: 80-109 t/s, a varied sparkline.
+GAPS = tuple(1 / (80.0 + (i * 7) % 30) for i in range(36))
+
+
+class PinnedPaintApp(ChatApp):
+    """The chat app with each reply's first paint FIRST_PAINT_S after its submit (and before
+    the reply ends: the scripted engine waits for it)."""
+
+    CSS_PATH = Path(chatapp.ui.app.__file__).with_name(ChatApp.CSS_PATH)
+
+    def _record_first_paint(self, reply) -> None:
+        reply.submitted = time.perf_counter() - FIRST_PAINT_S
+        super()._record_first_paint(reply)
+        self.engine.paint_gate.set()
+
+
+def pinned_engine(**kwargs) -> ScriptedEngine:
+    gate = threading.Event()
+    return ScriptedEngine(
+        delay=0.0, pinned_stats=FINISHED, pinned_gaps=GAPS, paint_gate=gate, **kwargs
+    )
 
 
 async def _steady(pilot) -> None:
@@ -32,34 +47,32 @@ async def _steady(pilot) -> None:
 async def _after_reply(pilot) -> None:
     app: ChatApp = pilot.app
     await _steady(pilot)
-    while app.engine is None:
-        await pilot.pause(0.02)
+    await wait_until(pilot, lambda: app.engine is not None)
     prompt = app.query_one("#prompt")
     prompt.text = "Describe the sea at night."
     await pilot.press("enter")
-    while app.reply is not None or app.last_reply is None:
-        await pilot.pause(0.02)
-    app.stats_panel.stats = PINNED
-    app.stats_panel.speeds = tuple(80.0 + (i * 7) % 30 for i in range(36))
+    await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
     app.clear_notifications()
     await pilot.pause()
 
 
+# The engine's own account of the reply, as the scripted engine gives it for "Describe the sea at
+# night." (8 prompt tokens, 36 reply tokens).
 FINISHED = GenerationStats(
-    prompt_tokens=31,
-    prompt_evaluated=31,
+    prompt_tokens=8,
+    prompt_evaluated=8,
     completion_tokens=36,
     ttft_s=0.042,
-    prefill_s=0.038,
+    prefill_s=0.010,
     decode_s=0.363,
-    n_past=67,
+    n_past=44,
     n_ctx=2048,
 )
 
 
 def make_app() -> ChatApp:
-    engine = ScriptedEngine(delay=0.0, pinned_stats=FINISHED)
-    return ChatApp(lambda: engine, model_label="scripted.gguf")
+    engine = pinned_engine()
+    return PinnedPaintApp(lambda: engine, model_label="scripted.gguf")
 
 
 def test_main_screen_after_a_reply(snap_compare):
@@ -103,8 +116,8 @@ def test_a_thinking_models_reply_with_its_reasoning_folded(snap_compare, monkeyp
 
     words = ["<think>", "The", "user", "asks", "about", "the", "sea", ".", "</think>"]
     words += "The sea at night is dark and calm .".split()
-    engine = ScriptedEngine(delay=0.0, pinned_stats=FINISHED, words=words)
-    app = ChatApp(
+    engine = pinned_engine(words=words)
+    app = PinnedPaintApp(
         lambda: engine,
         model_label="scripted.gguf",
         settings=SamplerSettings(max_tokens=len(words)),
@@ -124,10 +137,7 @@ def test_a_picked_token_makes_a_second_branch(snap_compare):
         app: ChatApp = pilot.app
         app.query_one("#probs").focus()
         await pilot.press("down", "down", "enter")
-        while len(app.session.branch_points()) != 1 or app.reply is not None:
-            await pilot.pause(0.02)
-        app.stats_panel.stats = PINNED
-        app.stats_panel.speeds = tuple(80.0 + (i * 7) % 30 for i in range(36))
+        await wait_until(pilot, lambda: len(app.session.branch_points()) == 1 and app.reply is None)
         app.clear_notifications()
         await pilot.pause()
 

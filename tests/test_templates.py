@@ -4,47 +4,15 @@ generation prompt."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from helpers import CHAT, GENERATION_PROMPT, TEMPLATES
 
 from chatapp.engine.local import template
 from chatapp.engine.local.template import TemplateError, fold_system, render
 from chatapp.engine.local.timebound import call_with_timeout
 from chatapp.engine.protocol import ChatMessage
 
-TEMPLATES = Path(__file__).parent / "data" / "templates"
 BOS, EOS = "<BOS>", "<EOS>"
-
-CHAT = (
-    ChatMessage("system", "You are a terse pirate."),
-    ChatMessage("user", "First question?"),
-    ChatMessage("assistant", "First answer."),
-    ChatMessage("user", "Second question?"),
-)
-
-# Each template's generation prompt: what the rendered prompt ends with.
-GENERATION_PROMPT = {
-    "command-r-plus": "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",
-    "command-r7b": "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|><|END_THINKING|>",
-    "deepseek-r1-distill-llama": "<｜Assistant｜><think>\n",
-    "deepseek-r1-distill-qwen": "<｜Assistant｜><think>\n</think>",
-    "gemma2": "<start_of_turn>model\n",
-    "gemma4": "<|turn>model\n<|channel>thought\n<channel|>",
-    "gpt-oss": "<|start|>assistant",
-    "granite3.3": "<|start_of_role|>assistant<|end_of_role|>",
-    "lfm2": "<|im_start|>assistant\n",
-    "lfm2.5": "<|im_start|>assistant\n",
-    "llama3.1": "<|start_header_id|>assistant<|end_header_id|>\n\n",
-    "llama3.2": "<|start_header_id|>assistant<|end_header_id|>\n\n",
-    "mistral-nemo": "[/INST]",
-    "mistral-small3.2": "[/INST]",
-    "phi3.5": "<|assistant|>\n",
-    "phi4": "<|im_start|>assistant<|im_sep|>",
-    "qwen2.5": "<|im_start|>assistant\n",
-    "qwen3": "<|im_start|>assistant\n",
-    "smollm3": "<|im_start|>assistant\n",
-}
 
 # The whole prompt of a one-turn chat ("Hi"), where it does not hold today's date or a long
 # default system prompt.

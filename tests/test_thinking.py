@@ -107,7 +107,7 @@ def test_when_the_prompt_opens_the_reasoning_the_session_starts_inside_it():
 
 
 async def test_the_tui_streams_reasoning_into_a_block_that_folds_and_is_saved(tmp_path):
-    from test_ui import SIZE, send, wait_until
+    from helpers import SIZE, send, wait_until
     from textual.widgets import Collapsible, Static
 
     from chatapp.chat.recorder import ChatHistory
@@ -182,7 +182,7 @@ def test_a_thinking_template_on_the_real_model_opens_or_skips_the_reasoning(mode
 
 
 async def test_ctrl_b_switches_thinking_for_the_next_request():
-    from test_ui import SIZE, send, wait_until
+    from helpers import SIZE, send, wait_until
 
     from chatapp.ui.app import ChatApp
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers import SIZE, send, wait_until
 from scripted_engine import WORDS, ScriptedEngine
 
 from chatapp.engine.local.engine import LocalEngine
@@ -11,26 +12,6 @@ from chatapp.ui.app import ChatApp
 from chatapp.ui.screens.help import HelpScreen
 from chatapp.ui.widgets.sampler import Slider
 from chatapp.ui.widgets.tokens import TokenStrip
-
-SIZE = (120, 40)
-
-
-async def wait_until(pilot, predicate, timeout: float = 20.0) -> None:
-    steps = int(timeout / 0.02)
-    for _ in range(steps):
-        if predicate():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError("condition not reached in time")
-
-
-async def send(pilot, app: ChatApp, text: str) -> None:
-    await wait_until(pilot, lambda: app.engine is not None)
-    prompt = app.query_one("#prompt")
-    prompt.text = text
-    prompt.focus()
-    await pilot.press("enter")
-    await wait_until(pilot, lambda: app.reply is not None or app.last_reply is not None)
 
 
 async def test_send_streams_reply_and_updates_panels():

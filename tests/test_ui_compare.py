@@ -9,8 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_ui import wait_until
-from test_ui_models import SIZE, Host, bundled, text_of
+from helpers import SIZE, Host, bundled, text_of, wait_until
 from textual.widgets import Input, OptionList, SelectionList
 
 from chatapp.engine.protocol import EngineError, Finished, ModelInfo, StopReason, Token

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_ui import SIZE, send, wait_until
+from helpers import SIZE, send, wait_until
 
 from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import ChatMessage, Finished, LoadOptions

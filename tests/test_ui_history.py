@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from helpers import SIZE, send, wait_until
 from scripted_engine import ScriptedEngine
-from test_ui import SIZE, send, wait_until
 
 from chatapp.chat.recorder import ChatHistory
 from chatapp.history.store import Store
@@ -51,15 +51,29 @@ async def test_reply_row_exists_while_streaming_and_stop_marks_it(tmp_path):
 
 
 async def test_regenerate_replaces_the_stored_reply(tmp_path):
-    app, store = make_app(tmp_path)
+    engine = ScriptedEngine()
+    app, store = make_app(tmp_path, engine)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Hello")
         await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        first = app.last_reply
+        engine.words = "A second and different reply".split()  # so the stored text tells them apart
         await pilot.press("ctrl+r")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply.finished is not None)
-        await pilot.pause(0.1)
+        # the regenerated reply, not the first one (finished before ctrl+r acts)
+        await wait_until(
+            pilot,
+            lambda: (
+                app.reply is None
+                and app.last_reply is not first
+                and app.last_reply.finished is not None
+            ),
+        )
+        assert len(engine.requests) == 2
         conv = store.list_conversations()[0]
-        assert [m.role for m in store.messages(conv.id)] == ["user", "assistant"]
+        msgs = store.messages(conv.id)
+        assert [m.role for m in msgs] == ["user", "assistant"]
+        assert msgs[1].text == app.conversation[-1].content
+        assert msgs[1].text.startswith(" A second and different reply")
 
 
 async def test_conversation_list_opens_a_saved_chat(tmp_path):

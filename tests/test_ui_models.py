@@ -5,50 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_ui import wait_until
-from textual.app import App
+from helpers import SIZE, BrokenEngine, Host, bundled, text_of, wait_until
 from textual.widgets import Button, DataTable, Input, SelectionList, Static
 
 from chatapp.engine.local.engine import LocalEngine
-from chatapp.engine.protocol import EngineError, LoadOptions
+from chatapp.engine.protocol import LoadOptions
 from chatapp.models import fit
-from chatapp.models.bundled import smollm2_path
 from chatapp.ui.screens.compare import CompareScreen
 from chatapp.ui.screens.model_card import ModelCardScreen
 from chatapp.ui.screens.models import ModelPickerScreen
-from chatapp.ui.themes import PANEL_DEFAULTS
 from chatapp.ui.widgets.compare_view import CompareTable, RepliesView
 from chatapp.ui.widgets.model_card import CardView, FitView
 
-SIZE = (120, 40)
 NO_GPU = (None, 8 * fit.GIB)  # (free GPU memory, free RAM): a CPU box with 8 GiB free
 SMALL_GPU = (200 * fit.MIB, 8 * fit.GIB)  # too little GPU memory for every layer
 
 
 pytestmark = pytest.mark.usefixtures("fresh_dirs")
-
-
-class Host(App):
-    """A bare app that opens one screen and keeps what it dismisses with."""
-
-    def __init__(self, screen) -> None:
-        super().__init__()
-        self.first = screen
-        self.results: list[object] = []
-
-    def get_theme_variable_defaults(self) -> dict[str, str]:
-        return dict(PANEL_DEFAULTS)
-
-    def on_mount(self) -> None:
-        self.push_screen(self.first, self.results.append)
-
-
-def text_of(widget: Static) -> str:
-    return str(widget.render())
-
-
-def bundled() -> str:
-    return str(smollm2_path())
 
 
 # ---- the picker ---------------------------------------------------------------------------------
@@ -163,21 +136,6 @@ async def test_card_screen_shows_the_loaded_model_and_a_what_if_table():
 
 
 # ---- compare ------------------------------------------------------------------------------------
-
-
-class BrokenEngine:
-    """An engine whose model never loads (a file llama.cpp refuses after the header check)."""
-
-    pid = None
-
-    def __init__(self, opts: LoadOptions) -> None:
-        self.opts = opts
-
-    def start(self):
-        raise EngineError(f"could not load {self.opts.model_path}: llama.cpp refused it")
-
-    def close(self) -> None:
-        pass
 
 
 def engines(opts: LoadOptions):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from helpers import SIZE, send, wait_until
 from scripted_engine import ScriptedEngine
-from test_ui import SIZE, send, wait_until
 
 from chatapp.chat.recorder import ChatHistory
 from chatapp.engine.local.engine import LocalEngine

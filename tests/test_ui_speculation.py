@@ -4,7 +4,7 @@ rejected drafts on demand, the Speed panel's note, the drafts toggle."""
 from __future__ import annotations
 
 import pytest
-from test_ui import SIZE, send, wait_until
+from helpers import SIZE, send, wait_until
 
 from chatapp.chat.recorder import ChatHistory
 from chatapp.config import Config

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from helpers import wait_until
 from scripted_engine import ScriptedEngine
-from test_ui import wait_until
 
 from chatapp.chat.recorder import ChatHistory
 from chatapp.engine.local.engine import LocalEngine

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fault_helpers import SIZE, one_error_line, run_cli, send, status, type_text, wait_until
 from gguf_builders import build, kv_str, tensor
+from helpers import SIZE, one_error_line, run_cli, status, submit, type_text, wait_until
 
 from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
@@ -198,7 +198,7 @@ async def test_tui(name, tmp_path, monkeypatch):
         if expected is None:
             assert status(app).startswith(f"ready: {path.name} loaded in ")
             app.settings = app.settings.with_(max_tokens=3, temperature=0.0)
-            await send(pilot, app, "Hi")
+            await submit(pilot, app, "Hi")
             await wait_until(pilot, lambda: len(app.conversation) == 2, timeout=60)
             assert app.conversation[1].content.strip()
             return

@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from fault_helpers import one_error_line, run_cli
+from helpers import one_error_line, run_cli
 
 from chatapp.history.store import SCHEMA_VERSION, Store
 

@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from fault_helpers import SIZE, run_cli, send, wait_until
+from helpers import SIZE, run_cli, submit, wait_until
 
 from chatapp.engine.local import loaded_model
 from chatapp.engine.local.engine import LocalEngine
@@ -85,7 +85,7 @@ async def test_tui_tells_the_user(template_models):
     app = ChatApp(lambda: LocalEngine(LoadOptions(model_path=path, n_ctx=512, n_gpu_layers=0)))
     app.settings = app.settings.with_(max_tokens=3, temperature=0.0)
     async with app.run_test(size=SIZE) as pilot:
-        await send(pilot, app, "Hi")
+        await submit(pilot, app, "Hi")
         await wait_until(pilot, lambda: len(app.conversation) == 2, timeout=60)
         notes = [(n.title, n.message) for n in app._notifications]
         assert ("Note", NOTES["raises"]) in notes

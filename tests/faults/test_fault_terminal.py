@@ -16,7 +16,7 @@ from contextlib import suppress
 from pathlib import Path
 
 import pytest
-from fault_helpers import REPO
+from helpers import REPO
 
 PROMPT = "re:(?m)^READY\\$$"  # the shell prompt, alone on the last line (tmux trims spaces)
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
