@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass

@@ -18,12 +18,12 @@ from textual.widgets import Button, Input, SelectionList, Static
 from textual.widgets.selection_list import Selection
 from textual.worker import Worker, WorkerState
 
-from chatapp.progress import progress_text
 from chatapp.errors import ChatappError
 from chatapp.models import compare, quantize
 from chatapp.models.compare_runs import DEFAULT_KLD_BUDGET, best_tradeoff, tradeoff_line
 from chatapp.models.compare_runs import export_markdown as export_markdown
 from chatapp.models.discovery import ModelEntry, discover, entry
+from chatapp.progress import progress_text
 from chatapp.ui.screens.compare_history import PastRunsScreen
 from chatapp.ui.widgets.compare_setup import CompareSetup, Setup
 from chatapp.ui.widgets.compare_view import (

@@ -11,7 +11,6 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.markup import escape
 from textual.widgets import DataTable, Static
 
-from chatapp.progress import progress_text
 from chatapp.models.compare_format import COLUMNS, table_columns
 from chatapp.models.compare_result import CompareResult, RunResult
 from chatapp.models.discovery import ModelEntry
