@@ -61,23 +61,31 @@ def machine_key() -> str:
     return f"{cpu_name()} | {os.cpu_count()} cpus | flags {flags}"
 
 
+def _lib_dirs() -> list[Path]:
+    spec = importlib.util.find_spec("llama_cpp")
+    return [Path(w) / "lib" for w in (spec.submodule_search_locations or [])] if spec else []
+
+
+def libs_identity(lib_dirs: list[Path]) -> str:
+    """The shared libraries by name and size: which backends were built (ggml-cuda, -metal,
+    -cpu variants) and with what, as far as sizes tell. Not their times: a reinstall of the
+    same build (pip's cached wheel) is the same build."""
+    parts = []
+    for lib in lib_dirs:
+        files = sorted(lib.glob("*.so*")) + sorted(lib.glob("*.dylib")) if lib.is_dir() else []
+        parts += [f"{so.name}:{so.stat().st_size}" for so in files if not so.is_symlink()]
+    return hashlib.sha1("\n".join(parts).encode()).hexdigest()[:10]
+
+
 @cache
 def build_key() -> str:
-    """llama-cpp-python's version plus its shared libraries' sizes and times: a rebuild (with
-    CUDA, or of another llama.cpp) is another build. Found without importing llama_cpp."""
+    """llama-cpp-python's version plus its shared libraries' names and sizes: a rebuild with
+    CUDA, or of another llama.cpp, is another build. Found without importing llama_cpp."""
     try:
         version = importlib.metadata.version("llama_cpp_python")
     except importlib.metadata.PackageNotFoundError:
         version = "?"
-    spec = importlib.util.find_spec("llama_cpp")
-    parts = []
-    for where in (spec.submodule_search_locations or []) if spec else []:
-        lib = Path(where) / "lib"
-        for so in sorted(lib.glob("*.so*")) + sorted(lib.glob("*.dylib")) if lib.is_dir() else []:
-            st = so.stat()
-            parts.append(f"{so.name}:{st.st_size}:{int(st.st_mtime)}")
-    digest = hashlib.sha1("\n".join(parts).encode()).hexdigest()[:10]
-    return f"llama-cpp-python {version} | libs {digest}"
+    return f"llama-cpp-python {version} | libs {libs_identity(_lib_dirs())}"
 
 
 def _memory_path() -> Path:
@@ -116,14 +124,24 @@ def repack_crashes() -> str:
     return value if isinstance(value, str) else ""
 
 
+SAMPLE = 1 << 20  # bytes read at the start and in the middle of a file for its identity
+
+
 def file_key(model_path: str) -> str:
-    """A model file by its resolved path, size and modification time."""
-    p = Path(model_path).expanduser().resolve()
+    """A model file by its content: size, and a hash of its first MiB (the header) and of a
+    MiB in the middle (tensor data). A moved or copied file keeps its key; another
+    quantization, or an edited file, gets another."""
+    p = Path(model_path).expanduser()
     try:
-        st = p.stat()
+        size = p.stat().st_size
+        h = hashlib.sha1()
+        with open(p, "rb") as f:
+            h.update(f.read(SAMPLE))
+            f.seek(size // 2)
+            h.update(f.read(SAMPLE))
     except OSError:
-        return str(p)
-    return f"{p}:{st.st_size}:{int(st.st_mtime)}"
+        return str(p.resolve())
+    return f"gguf {size} {h.hexdigest()[:16]}"
 
 
 def tuned(model_path: str) -> dict[str, Any] | None:
