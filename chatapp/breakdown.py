@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chatapp.metrics import GenerationStats
+from chatapp.stats_text import decode_text, prefill_text
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ def parts(st: GenerationStats, load_s: float | None = None, ui_s: float | None =
     out.append(Part("template", st.template_s, "rendering the chat template"))
     out.append(Part("tokenize", st.tokenize_s, f"{st.prompt_tokens:,} prompt tokens"))
     reused = st.prompt_tokens - st.prompt_evaluated
-    rate = f" at {st.prefill_tps:,.0f} t/s" if st.prefill_tps else ""
+    rate = f" at {prefill_text(st.prefill_tps)}" if st.prefill_tps else ""
     out.append(
         Part(
             "prefill",
@@ -39,7 +40,7 @@ def parts(st: GenerationStats, load_s: float | None = None, ui_s: float | None =
         first = st.ttft_s - st.template_s - st.tokenize_s - st.prefill_s
         out.append(Part("first token", max(0.0, first), "sampling the first token"))
     if st.completion_tokens > 1:
-        speed = f" at {st.decode_tps:,.1f} t/s" if st.decode_tps else ""
+        speed = f" at {decode_text(st.decode_tps)}" if st.decode_tps else ""
         extra = ""
         if st.draft_tokens:
             extra = f"; {st.draft_accepted}/{st.draft_tokens} draft tokens accepted"

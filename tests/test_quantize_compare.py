@@ -13,7 +13,7 @@ from helpers import FakeEngine
 
 from chatapp import paths
 from chatapp.commands.models import compare_cmd, models_cmd, quantize_cmd
-from chatapp.engine.protocol import EngineError
+from chatapp.engine.protocol import EngineError, LoadOptions
 from chatapp.errors import ModelFileError
 from chatapp.gguf.header import inspect
 from chatapp.models import compare, compare_format, compare_runs, discovery, quantize
@@ -194,7 +194,7 @@ def test_compare_command_and_a_bad_file(quantized, tmp_path, capsys):
         reference=str(smollm2_path()),
         fmt="markdown",
         prompt="Name three colours.",
-        threads=1,
+        options=LoadOptions(model_path="", n_threads=1),
     )
     assert code == 0
     out = capsys.readouterr()

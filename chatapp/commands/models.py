@@ -137,7 +137,6 @@ def compare_cmd(
     tokens: int = 64,
     reference: str | Path | None = None,
     fmt: str = "table",
-    threads: int | None = None,
     options: LoadOptions | None = None,
     text: str | Path | None = None,
     text_ctx: int = 512,
@@ -146,7 +145,7 @@ def compare_cmd(
     (with `text`: scored on that file as llama-perplexity does, chunks of `text_ctx`).
 
     `options` gives the GPU layers, threads, flash attention and repack of every run (the model
-    path and context size are compare's own); `threads` overrides its threads."""
+    path and context size are compare's own)."""
     from chatapp.models import compare, compare_format
     from chatapp.progress import ProgressBar
 
@@ -161,7 +160,6 @@ def compare_cmd(
         prompt=prompt or compare.DEFAULT_PROMPT,
         tokens=tokens,
         reference=reference,
-        n_threads=threads,
         options=options,
         progress=lambda msg: print(msg, file=sys.stderr, flush=True),
         text_file=text,

@@ -19,7 +19,7 @@ TEXT = (
 
 
 @dataclass(frozen=True)
-class Config:
+class TuneChoice:
     """One way to run the model here."""
 
     flash_attn: bool
@@ -35,7 +35,7 @@ class Config:
 class Measured:
     """What one configuration did: decode t/s at each depth, prefill t/s, or why it failed."""
 
-    config: Config
+    config: TuneChoice
     decode: dict[int, float] = field(default_factory=dict)
     prefill: float = 0.0
     error: str = ""
@@ -57,9 +57,9 @@ def thread_counts() -> list[int]:
     return sorted({physical, max(physical - 1, 1), logical}, reverse=True)
 
 
-def configs(repack_choices: list[bool]) -> list[Config]:
+def configs(repack_choices: list[bool]) -> list[TuneChoice]:
     return [
-        Config(fa, threads, repack)
+        TuneChoice(fa, threads, repack)
         for repack in repack_choices
         for threads in thread_counts()
         for fa in (False, True)
@@ -80,7 +80,7 @@ def _prompt(engine, depth: int) -> tuple[int, ...]:
 def measure_one(
     make_engine: Callable[[LoadOptions], object],
     options: LoadOptions,
-    config: Config,
+    config: TuneChoice,
     depths: list[int],
     tokens: int,
     step: Callable[[str], None] = lambda _: None,

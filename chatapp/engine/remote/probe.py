@@ -6,8 +6,6 @@ from collections.abc import Callable
 
 from chatapp.engine.protocol import EngineError, ModelInfo
 
-KINDS = ("llama-server", "llama-cpp-python", "ollama", "vllm", "openai")
-
 
 def model_entries(listing: dict, base_url: str) -> list[dict]:
     """The usable entries of a /v1/models answer; EngineError when there are none."""

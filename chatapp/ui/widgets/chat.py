@@ -223,10 +223,6 @@ class MessageView(Vertical):
                 block.title = thinking_label or self.thinking_label
         self._paint()
 
-    def set_footer(self, footer: str) -> None:
-        self._footer = footer
-        self._paint()
-
     def set_branch(self, branch: str) -> None:
         """Say which branch the message is (e.g. "branch 2/3"; "" when it has no others)."""
         if branch != self.branch:
