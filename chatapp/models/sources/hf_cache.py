@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 from chatapp.models.sources import Found
-from chatapp.models.sources.quant_names import listed, quant_from_name
+from chatapp.models.sources.quant_names import listed, quant_from_name, split_part
 
 SOURCE = "huggingface"
 _PREFIX = "models--"
@@ -92,13 +92,28 @@ def _repos() -> list[str]:
     return [name[len(_PREFIX) :].replace("--", "/") for name in folders]
 
 
+def _missing_parts(name: str, names: set[str]) -> str:
+    """A note naming the parts of a split model that are not cached ("" when all are)."""
+    split = split_part(name)
+    if split is None:
+        return ""
+    stem, n = name[: -len("-00001-of-00001.gguf")], split[1]
+    missing = [
+        str(k) for k in range(1, n + 1) if f"{stem}-{k:05d}-of-{n:05d}{name[-5:]}" not in names
+    ]
+    return f"part {', '.join(missing)} of {n} not in the cache" if missing else ""
+
+
 def all_cached() -> list[Found]:
     """Every model GGUF in the cache: one row per file (of a split model its first part; no
-    mmproj), named USER/REPO:QUANT when that quant is the repo's only one by that tag, else
-    USER/REPO:FILE.gguf (the path for a repo without a USER/)."""
+    mmproj; a note when some of its parts are not cached), named USER/REPO:QUANT when that
+    quant is the repo's only one by that tag, else USER/REPO:FILE.gguf (the path for a repo
+    without a USER/)."""
     found = []
     for repo in _repos():
-        files = [(name, path) for name, path in cached_ggufs(repo) if listed(name)]
+        cached = cached_ggufs(repo)
+        names = {name for name, _ in cached}
+        files = [(name, path) for name, path in cached if listed(name)]
         tags = Counter(quant_from_name(name) for name, _ in files)
         for name, path in files:
             tag = quant_from_name(name)
@@ -108,5 +123,5 @@ def all_cached() -> list[Found]:
                 spec = f"{repo}:{tag}"
             else:
                 spec = f"{repo}:{name}"
-            found.append(Found(path, SOURCE, spec))
+            found.append(Found(path, SOURCE, spec, _missing_parts(name, names)))
     return found
