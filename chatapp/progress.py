@@ -15,10 +15,12 @@ def _bytes(n: float) -> str:
 
 
 def _left(seconds: float) -> str:
+    if seconds < 59.5:
+        return f"{seconds:.0f} s"
     seconds = int(seconds + 0.5)
     if seconds >= 3600:
         return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
-    return f"{seconds // 60}:{seconds % 60:02d}" if seconds >= 60 else f"{seconds} s"
+    return f"{seconds // 60}:{seconds % 60:02d}"
 
 
 def progress_text(done: float, total: float, seconds: float, unit: str = "tokens") -> str:

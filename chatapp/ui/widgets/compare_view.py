@@ -44,7 +44,8 @@ def cells(r: RunResult, columns: tuple = COLUMNS) -> list[str]:
 
 def file_label(e: ModelEntry) -> str:
     """A file in the pick list: name, quantization, size, where it was found (or its error)."""
-    name = escape(Path(e.path).name)
+    # a name where the file has one (ollama:NAME:TAG: its blob is sha256-...), else the file
+    name = escape(e.spec if e.spec and e.spec != e.path else Path(e.path).name)
     if not e.ok:
         return f"[$error]{name}: {escape(e.error)}[/]"
     size, folder = f"{e.size_bytes / 2**20:,.1f} MiB", escape(str(Path(e.path).parent))
