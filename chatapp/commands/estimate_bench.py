@@ -1,9 +1,10 @@
 """`chatapp bench --estimate FILE...`: the quant picker's expected decode speed against a real
-decode of each file, after a fresh calibration in the same run."""
+decode of each file, with the calibration measured again in the same run."""
 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -11,39 +12,43 @@ from chatapp.engine.protocol import LoadOptions
 
 
 def print_estimate_bench(files: list[str], options: LoadOptions, reps: int, as_json: bool) -> int:
-    """Calibrate on the bundled model, then for each file: estimate (from its size, as
-    `pull --list` gives it before a download) vs measured decode t/s; `reps` alternating runs."""
+    """Each repetition calibrates (memory read rate, the bundled model's decode), then decodes
+    each file; a file's figure is the median over repetitions of expected / measured."""
+    from chatapp.gguf.header import inspect
     from chatapp.models.hub.speed import calibrate, measure_decode
 
-    rows = []
-    cals = []
+    ratios: dict[str, list[float]] = {f: [] for f in files}
     measured: dict[str, list[float]] = {f: [] for f in files}
+    expected: dict[str, list[float]] = {f: [] for f in files}
+    cals = []
     for rep in range(reps):
-        print(f"run {rep + 1}/{reps}: calibrating on the bundled model", file=sys.stderr)
-        cals.append(calibrate(options, force=True))
+        print(f"run {rep + 1}/{reps}: calibrating, then {len(files)} files", file=sys.stderr)
+        cal = calibrate(options, force=True)
+        cals.append(cal)
         for f in files:
-            measured[f].append(measure_decode(f, options))
-    bytes_per_s = sorted(c.bytes_per_s for c in cals)[len(cals) // 2]
-    for f in files:
-        size = Path(f).stat().st_size
-        got = sorted(measured[f])[len(measured[f]) // 2]
-        expected = bytes_per_s / size
-        rows.append(
-            {
-                "file": Path(f).name,
-                "size_bytes": size,
-                "expected_decode_tps": expected,
-                "measured_decode_tps": got,
-                "ratio": expected / got,
-            }
-        )
-    cal = cals[-1]
+            got = measure_decode(f, options)
+            want = cal.expected_tps(Path(f).stat().st_size, inspect(f).n_params)
+            measured[f].append(got)
+            expected[f].append(want)
+            ratios[f].append(want / got)
+    rows = [
+        {
+            "file": Path(f).name,
+            "size_bytes": Path(f).stat().st_size,
+            "expected_decode_tps": statistics.median(expected[f]),
+            "measured_decode_tps": statistics.median(measured[f]),
+            "ratio": statistics.median(ratios[f]),
+        }
+        for f in files
+    ]
+    read = statistics.median(c.bytes_per_s for c in cals)
+    bundled = statistics.median(c.decode_tps for c in cals)
     if as_json:
-        print(json.dumps({"bytes_per_s": bytes_per_s, "calibration": cal.model, "rows": rows}))
+        print(json.dumps({"read_bytes_per_s": read, "bundled_decode_tps": bundled, "rows": rows}))
         return 0
     print(
-        f"calibration: {cal.model}, {bytes_per_s / 1e9:.2f} GB/s of weights read per second "
-        f"(median of {reps})"
+        f"calibration ({reps} runs, medians): memory read {read / 1e9:.1f} GB/s, "
+        f"{cals[-1].model} decode {bundled:.1f} t/s"
     )
     print(f"{'file':<40} {'size':>9} {'expected':>9} {'measured':>9} {'ratio':>6}")
     for r in rows:

@@ -113,8 +113,9 @@ def format_rows(repo: str, rows, n_ctx: int, cal) -> str:
     ]
     if cal:
         text.append(
-            f"t/s here: an estimate from this machine's decode of {cal.model} "
-            f"({cal.decode_tps:.0f} t/s, {cal.bytes_per_s / 1e9:.1f} GB/s of weights read)"
+            f"t/s here: an estimate: the slower of reading the file ({cal.bytes_per_s / 1e9:.0f} "
+            f"GB/s measured here) and the work per weight of {cal.model} "
+            f"({cal.decode_tps:.0f} t/s here)"
         )
     return "\n".join(text)
 

@@ -94,7 +94,7 @@ def rows(
             extra = kv + fit.compute_buffer_bytes(shape, n_ctx)
         need = f.size + extra
         where = _where(need, gpu_free, ram_free)
-        tps = calibration.expected_tps(f.size) if calibration else None
+        tps = calibration.expected_tps(f.size, params) if calibration else None
         out.append(
             QuantRow(
                 f.filename,

@@ -1,6 +1,8 @@
-"""Expected decode speed of a file here, before it is downloaded: decode reads every weight
-once per token, so tokens/s ~ this machine's effective bytes/s over the bytes read per token.
-The bytes/s is calibrated by a real decode of the bundled model, once per machine and build."""
+"""Expected decode speed of a file here, before it is downloaded. A token costs whichever is
+slower: reading every weight once (bytes / this machine's memory read rate, measured), or the
+work per weight (parameters x the seconds per parameter of a real decode of the bundled model
+here, the part of the time that does not shrink with fewer bytes). Both are measured once per
+machine and llama.cpp build, and saved."""
 
 from __future__ import annotations
 
@@ -8,38 +10,49 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from chatapp.gguf.header import read_header
-
 CALIBRATION_TOKENS = 96
 CALIBRATION_PROMPT = "Tell a long story about a lighthouse keeper and the sea."
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """A measured decode: bytes read per token / seconds per token."""
+    """This machine's memory read rate and the bundled model's decode."""
 
-    bytes_per_s: float
-    decode_tps: float
+    bytes_per_s: float  # memory read, all cores (numpy, a buffer far larger than the caches)
+    decode_tps: float  # the bundled model's greedy decode here
     model: str
-    bytes_per_token: int
+    n_params: int  # the bundled model's
     measured_at: float
 
-    def expected_tps(self, bytes_per_token: int) -> float:
-        return self.bytes_per_s / max(bytes_per_token, 1)
+    @property
+    def s_per_param(self) -> float:
+        return 1.0 / (self.decode_tps * max(self.n_params, 1))
+
+    def expected_tps(self, size_bytes: int, n_params: int = 0) -> float:
+        """Tokens/s of a file of this size (and parameter count, when known)."""
+        reading = size_bytes / self.bytes_per_s
+        working = n_params * self.s_per_param
+        return 1.0 / max(reading, working, 1e-9)
 
 
-def bytes_per_token(path: str | Path) -> int:
-    """Weights read to decode one token: every tensor but the token embeddings (one row of
-    them is read), unless the output head is tied to them (then they are read whole)."""
-    header = read_header(path)
-    names = {t.name for t in header.tensors}
-    tied = "output.weight" not in names
-    total = 0
-    for t in header.tensors:
-        if t.name == "token_embd.weight" and not tied:
-            continue
-        total += t.nbytes
-    return total
+def read_bandwidth(mib: int = 512, repeats: int = 5) -> float:
+    """Bytes/s read from memory by every core at once (the best of a few passes over a
+    buffer much larger than the CPU's caches; numpy's sum releases the GIL)."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    data = np.ones(mib * 2**20 // 8)
+    threads = os.cpu_count() or 1
+    parts = np.array_split(data, threads)
+    best = 0.0
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            list(pool.map(np.sum, parts))
+            best = max(best, data.nbytes / (time.perf_counter() - t0))
+    return best
 
 
 def saved() -> Calibration | None:
@@ -89,10 +102,10 @@ def calibrate(options=None, force: bool = False) -> Calibration:
     if found is not None:
         return found
     from chatapp.engine.local import machine
+    from chatapp.gguf.header import inspect
 
     model = str(default_model())
     tps = measure_decode(model, options)
-    per_token = bytes_per_token(model)
-    cal = Calibration(per_token * tps, tps, Path(model).name, per_token, time.time())
+    cal = Calibration(read_bandwidth(), tps, Path(model).name, inspect(model).n_params, time.time())
     machine.remember(decode_calibration=asdict(cal))
     return cal
