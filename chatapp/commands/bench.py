@@ -82,12 +82,12 @@ def _lcp_init(options: LoadOptions, log_path: str) -> None:
 
 def _bare_init(options: LoadOptions, log_path: str) -> None:
     global _BARE
-    from chatapp.engine.local.loaded_model import Worker
+    from chatapp.engine.local.loaded_model import LoadedModel
     from chatapp.engine.local.worker import redirect_output
 
     redirect_output(log_path)
 
-    _BARE = Worker(options)
+    _BARE = LoadedModel(options)
 
 
 def _bare_run(prompt: tuple[int, ...], n: int) -> Run:
