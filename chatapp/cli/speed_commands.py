@@ -24,11 +24,12 @@ from chatapp.errors import UsageError
 DEFAULT_DEPTH = 256
 
 
-def _refuse_depth_with(mode: str | None, depth: int | None, llama_bench: Path | None) -> None:
-    """--depth and --llama-bench belong to the engine's speed run; another mode ignores them."""
+def _refuse_depth_with(mode: str | None, **options: object) -> None:
+    """--depth, --llama-bench and --llama-server belong to the engine's speed run; another
+    mode would ignore them."""
     if mode is None:
         return
-    given = [name for name, v in (("--depth", depth), ("--llama-bench", llama_bench)) if v]
+    given = ["--" + name.replace("_", "-") for name, v in options.items() if v]
     if given:
         raise UsageError(
             f"{' and '.join(given)} measure the engine's own run; {mode} does not take "
@@ -55,6 +56,14 @@ def bench(
     ngl: NglOpt = None,
     llama_bench: Annotated[
         Path | None, typer.Option("--llama-bench", help="path of llama.cpp's llama-bench")
+    ] = None,
+    llama_server: Annotated[
+        Path | None,
+        typer.Option(
+            "--llama-server",
+            help="path of llama.cpp's llama-server: streams the same reply with top-10 "
+            "log-probabilities (the peer doing the token loop's work)",
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
     ui: Annotated[bool, typer.Option("--ui", help="stream through the real TUI, headless")] = False,
@@ -91,7 +100,9 @@ def bench(
         else "--ui" if ui
         else None
     )  # fmt: skip
-    _refuse_depth_with(mode, prompt_tokens, llama_bench)
+    _refuse_depth_with(
+        mode, depth=prompt_tokens, llama_bench=llama_bench, llama_server=llama_server
+    )
     options = load_options(
         model,
         ctx=ctx,
@@ -139,6 +150,7 @@ def bench(
             reps=reps,
             llama_bench=llama_bench,
             as_json=as_json,
+            llama_server=llama_server,
         )
     )
 

@@ -222,12 +222,14 @@ def run_bench(
     reps: int,
     llama_bench: Path | None,
     as_json: bool,
+    llama_server: Path | None = None,
 ) -> int:
     from chatapp.engine.factory import make_engine
 
-    if llama_bench is not None and not Path(llama_bench).is_file():
-        print(f"error: llama-bench not found at {llama_bench}", file=sys.stderr)
-        return 1
+    for name, exe in (("llama-bench", llama_bench), ("llama-server", llama_server)):
+        if exe is not None and not Path(exe).is_file():
+            print(f"error: {name} not found at {exe}", file=sys.stderr)
+            return 1
     asked = tokens
     if llama_bench is not None:
         tokens = aligned_tokens(prompt_tokens, tokens, options.n_ctx)
@@ -242,6 +244,8 @@ def run_bench(
     results: dict[str, list[Run]] = {"engine": [], "llama-cpp-python": [], "bare decode": []}
     if llama_bench:
         results.update({name: [] for name in LLAMA_BENCH_VARIANTS})
+    if llama_server:
+        results["llama-server"] = []
     ctx = mp.get_context("spawn")
     with make_engine(options) as engine:  # (a LocalEngine: it scores and benchmarks)
         info = engine.info
@@ -259,6 +263,13 @@ def run_bench(
                 pool = pools.enter_context(ctx.Pool(1, _lcp_init, (options, log)))
                 bare = pools.enter_context(ctx.Pool(1, _bare_init, (options, log)))
             sides = {"engine": engine, "llama-cpp-python": pool, "bare decode": bare}
+            if llama_server:
+                from chatapp.commands.server_bench import LlamaServer
+
+                server_log = str(paths.log_dir() / "bench-llama-server.log")
+                sides["llama-server"] = pools.enter_context(
+                    LlamaServer(llama_server, options, server_log)
+                )
             _alternate(sides, options, results, tokens, prompt_tokens, reps, llama_bench, as_json)
     if llama_bench:
         results["best llama-bench"] = best_of(
@@ -289,10 +300,15 @@ def _alternate(
     engine_run(engine, prompts[-1], 8)  # warm-up, every side
     pool.apply(_lcp_run, (prompts[-1], 8))
     bare.apply(_bare_run, (prompts[-1], 8))
+    server = sides.get("llama-server")
+    if server is not None:
+        server.run(prompts[-1], 8, BENCH_SETTINGS)
     for rep in range(reps):
         results["engine"].append(engine_run(engine, prompts[rep], tokens))
         results["llama-cpp-python"].append(pool.apply(_lcp_run, (prompts[rep], tokens)))
         results["bare decode"].append(bare.apply(_bare_run, (prompts[rep], tokens)))
+        if server is not None:
+            results["llama-server"].append(server.run(prompts[rep], tokens, BENCH_SETTINGS))
         if llama_bench:
             for name, variant in LLAMA_BENCH_VARIANTS.items():
                 results[name].append(

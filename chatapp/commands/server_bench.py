@@ -1,0 +1,95 @@
+"""llama-server as a contender of `chatapp bench`: the peer doing the same work as the token
+loop (a streamed reply with the top-10 log-probabilities of every token), on its defaults."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from chatapp.engine.protocol import LoadOptions
+from chatapp.sampling import SamplerSettings
+
+TOP_N = 10  # candidates per token, as the engine reports them
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaServer:
+    """`llama-server -m MODEL -c N_CTX` on 127.0.0.1 (its other settings its own defaults,
+    the GPU layers as the engine's), stopped on exit."""
+
+    def __init__(self, exe: Path, options: LoadOptions, log_path: str) -> None:
+        self.port = _free_port()
+        ngl = options.n_gpu_layers if options.n_gpu_layers >= 0 else 99
+        self.cmd = [
+            str(exe), "-m", options.model_path, "-c", str(options.n_ctx), "-ngl", str(ngl),
+            "--host", "127.0.0.1", "--port", str(self.port), "-np", "1",
+        ]  # fmt: skip
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> LlamaServer:
+        import httpx
+
+        log = open(self.log_path, "wb")  # noqa: SIM115 (the server writes it until it stops)
+        self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited ({self.proc.returncode}): see {log.name}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("llama-server did not answer /health within 300 s")
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def run(self, prompt: tuple[int, ...], n: int, settings: SamplerSettings):
+        """One streamed completion of exactly n tokens after `prompt` (token ids, no cache
+        reuse), with the top-10 probabilities of every token; llama-server's own timings."""
+        import httpx
+
+        from chatapp.commands.bench import Run
+
+        body = {
+            "prompt": list(prompt), "n_predict": n, "stream": True, "n_probs": TOP_N,
+            "ignore_eos": True, "cache_prompt": False, "temperature": settings.temperature,
+            "top_k": settings.top_k, "top_p": settings.top_p, "min_p": settings.min_p,
+            "repeat_penalty": settings.repeat_penalty, "seed": settings.seed,
+        }  # fmt: skip
+        timings = None
+        tokens = 0
+        with httpx.stream("POST", f"{self.url}/completion", json=body, timeout=600) as r:
+            r.raise_for_status()
+            for line in r.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                data = json.loads(line[6:])
+                tokens += len(data.get("completion_probabilities") or []) or bool(
+                    data.get("content")
+                )
+                if data.get("stop"):
+                    timings = data.get("timings")
+        if not timings:
+            raise RuntimeError("llama-server sent no timings")
+        return Run(timings["prompt_per_second"], timings["predicted_per_second"], tokens)
