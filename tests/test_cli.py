@@ -298,3 +298,19 @@ def test_config_draft_key_turns_drafts_on_and_a_missing_draft_model_is_one_line(
     assert r.returncode != 0
     (line,) = [x for x in r.stderr.splitlines() if x.strip()]
     assert line.startswith("error:") and "missing.gguf" in line
+
+
+@pytest.mark.parametrize(
+    ("mode", "given", "named"),
+    [
+        (["--ui"], ["--depth", "300"], "--depth"),
+        (["--terminal"], ["--llama-bench", "/x"], "--llama-bench"),
+        (["--draft", "ngram"], ["--llama-server", "/x"], "--llama-server"),
+        (["--alternatives", "4"], ["--depth", "300", "--llama-bench", "/x"], "--depth and --llama"),
+    ],
+)
+def test_bench_refuses_options_its_mode_would_ignore(mode, given, named):
+    r = run_cli("bench", *mode, *given)
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip()
+    assert line.startswith(f"error: {named}") and "does not take" in line and "\n" not in line
