@@ -68,6 +68,10 @@ class Config:
     huge_pages: bool | None = None
     """Transparent huge pages for the model worker's large buffers (KV cache); None (absent)
     = on where Linux offers them."""
+    autotune: bool = True
+    """Tune on first use: the chat measures flash attention and threads for a file that has
+    no saved tune here, in the worker's idle time (replies go first), and applies the best
+    without reloading; false = the defaults until `chatapp tune` runs."""
     draft: str = ""
     """Speculative decoding: "ngram" (drafts looked up in the prompt and reply), a GGUF file
     with the model's vocabulary (a draft model), or "" / "off" (one token at a time)."""
@@ -230,6 +234,7 @@ class _Loader:
             "flash_attn": _flag,
             "repack": _flag,
             "huge_pages": _flag,
+            "autotune": _flag,
             "think": _flag,
             "draft": self.draft,
             "system_prompt": _text,
@@ -347,6 +352,7 @@ def to_toml(config: Config) -> str:
         "flash_attn": config.flash_attn,
         "repack": config.repack,
         "huge_pages": config.huge_pages,
+        "autotune": config.autotune,
         "think": config.think,
         "draft": config.draft or None,
         "system_prompt": config.system_prompt,

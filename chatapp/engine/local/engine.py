@@ -294,6 +294,33 @@ class LocalEngine:
         text, _ = self.render_prompt(GenerateRequest(messages=tuple(messages)))
         return len(self.tokenize(text, special=True))
 
+    def start_autotune(self) -> bool:
+        """Tune on first use: when nothing is saved for this file here and the model runs on
+        the CPU, the worker times flash attention on/off and the thread counts in its idle
+        time (replies go first) and applies the best to its context, no reload. Settings the
+        user gave are kept. True if a tune began; follow it with autotune_status()."""
+        info = self.info
+        if info is None or info.tuned or info.n_gpu_layers > 0 or not self.alive:
+            return False
+        free = {
+            "flash_attn": self.options.flash_attn is None,
+            "threads": self.options.n_threads is None,
+        }
+        if not any(free.values()):
+            return False
+        plan = {"free": free, "n_gpu_layers": self.options.n_gpu_layers}
+        self._send(("autotune", plan))
+        return True
+
+    def autotune_status(self) -> dict | None:
+        """The tune's progress: {"state": "tuning", "done", "total"}, {"state": "done",
+        "chosen", ...} (the engine's info then says what runs), {"state": "failed", "error"},
+        or None when no tune ran."""
+        status = self._side_call(("autotune_status",))
+        if status and status.get("state") == "done" and status.get("info") is not None:
+            self.info = replace(status["info"], tuned=True)
+        return status
+
     def score(self, tokens: list[int]) -> np.ndarray:
         """Log-probabilities of each next token of a text (for perplexity and KL)."""
         self._send(("score", list(tokens)))

@@ -134,6 +134,7 @@ class LoadedModel:
         meta = self.llama.metadata
         self.chat_template = options.chat_template or meta.get("tokenizer.chat_template", "")
         self.noted: set[str] = set()  # notices said once per loaded model (FOLDED_SYSTEM_NOTE)
+        self.autotune_status: dict | None = None  # the tune on first use (autotune.py), if any
         self.draft_worker: LoadedModel | None = None  # the draft model (LoadOptions.draft_model)
         self._drafters: dict[str, object] = {}
         self.bos_id = llama_cpp.llama_vocab_bos(self.vocab)
@@ -173,6 +174,39 @@ class LoadedModel:
         self.lib.llama_memory_clear(self.mem, True)
         self.kv_tokens = []
         return code
+
+    def reconfigure(self, flash_attn: bool, threads: int) -> None:
+        """Run on with other context settings, the model staying loaded: threads are set on the
+        context; flash attention needs a new context (the KV cache starts empty)."""
+        from dataclasses import replace
+
+        from llama_cpp import _internals
+
+        lib = self.lib
+        if bool(flash_attn) != bool(self.info.flash_attn):
+            params = self.llama.context_params  # as loaded: n_seq_max, kv_unified included
+            before = params.flash_attn_type
+            params.flash_attn_type = (
+                lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
+                if flash_attn
+                else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
+            params.n_threads = params.n_threads_batch = threads
+            self.llama._ctx.close()  # first: two KV caches at once may not fit
+            try:
+                context = _internals.LlamaContext(model=self.llama._model, params=params)
+            except ValueError:
+                params.flash_attn_type = before
+                context = _internals.LlamaContext(model=self.llama._model, params=params)
+                flash_attn = self.info.flash_attn
+            self.llama._ctx = context
+            self.ctx = context.ctx
+            self.mem = lib.llama_get_memory(self.ctx)
+            self.kv_tokens = []
+            self._logit_views.clear()
+        lib.llama_set_n_threads(self.ctx, threads, threads)
+        self.options = replace(self.options, flash_attn=bool(flash_attn), n_threads=threads)
+        self.info = replace(self.info, flash_attn=bool(flash_attn), n_threads=threads, tuned=True)
 
     def load_draft(self, path: str) -> str:
         """Load the draft model beside this one; returns why it cannot draft ('' if it can)."""

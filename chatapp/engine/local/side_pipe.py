@@ -28,3 +28,5 @@ def serve_side(worker: LoadedModel, side: Connection) -> None:
             side.send(worker.pieces(ids))
         elif msg[0] == "template":
             side.send(worker.render_prompt(msg[1]))
+        elif msg[0] == "autotune_status":
+            side.send(getattr(worker, "autotune_status", None))

@@ -7,6 +7,7 @@ import sys
 from multiprocessing.connection import Connection
 
 from chatapp.engine.local import perplexity, side_pipe
+from chatapp.engine.local.autotune import AutoTune
 from chatapp.engine.local.loaded_model import LoadedModel
 from chatapp.engine.local.parallel import ParallelGeneration
 from chatapp.engine.local.token_loop import Generation
@@ -92,13 +93,25 @@ def _load_error(path: str, exc: Exception, log_text: str = "") -> str:
 
 
 def serve(worker: LoadedModel, conn: Connection) -> None:
-    """The main pipe: replies and scoring, one at a time, until "close" or the pipe ends."""
+    """The main pipe: replies and scoring, one at a time, until "close" or the pipe ends.
+    While nothing is asked, a tune on first use (autotune) goes on in short slices."""
+    tuner: AutoTune | None = None
     while True:
         try:
+            if tuner is not None and not conn.poll(0):
+                if not tuner.step():
+                    worker.autotune_status, tuner = tuner.status, None
+                else:
+                    worker.autotune_status = tuner.status
+                continue
             msg = conn.recv()
         except (EOFError, OSError):
             return
         kind = msg[0]
+        if kind == "autotune":
+            tuner = AutoTune(worker, **msg[1])
+            worker.autotune_status = tuner.status
+            continue
         if kind == "generate":
             job = ParallelGeneration if msg[1].n_alternatives > 1 else Generation
             job(worker, conn, msg[1]).run()

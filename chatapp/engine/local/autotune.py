@@ -1,0 +1,227 @@
+"""Tuned on first use: flash attention on and off, and the thread counts, timed on the loaded
+model in short slices while the worker is idle (a reply always goes first), then applied to
+the main context without reloading the model, and saved for this file, machine and build.
+
+`chatapp tune` measures more (repack, which needs a reload; more depths and tokens); this is
+what a new user gets without knowing it exists. Each configuration decodes on a scratch
+context of its own, so the main context's KV cache (the conversation) is never touched."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from chatapp.engine.local import machine, tune
+
+if TYPE_CHECKING:
+    from chatapp.engine.local.loaded_model import LoadedModel
+
+DECODE_TOKENS = 12  # tokens timed per configuration, depth and round (after one untimed)
+ROUNDS = 2  # each configuration is timed this often at each depth, interleaved
+DEEP = 512  # the deeper depth, where flash attention's worth shows on a CPU
+PREFILL_BUDGET_S = 4.0  # a slow model stops prefilling here: its deep depth is where it got
+SLICE_S = 0.1  # the longest piece of work between two looks at the pipe
+SCRATCH_CTX = 1024  # cells of a scratch context: attends as a chat's does up to DEEP + tokens
+BUSY_SHARE = 0.25  # other programs used more of the CPUs than this: applied, not saved
+BUSY_ENV = "CHATAPP_AUTOTUNE_BUSY_SHARE"  # tests on a shared machine raise the bar
+
+
+@dataclass
+class Trial:
+    """One configuration's decode times at depth 0 and at the deep depth, over its rounds."""
+
+    flash_attn: bool
+    threads: int
+    times: dict[int, list[float]] = field(default_factory=dict)  # seconds per token, by depth
+
+    @property
+    def rates(self) -> dict[int, float]:
+        """Tokens/s at each depth: over the median token, so a burst of another program's
+        work in a few of them moves nothing."""
+        return {d: 1.0 / statistics.median(ts) for d, ts in self.times.items() if ts}
+
+    @property
+    def score(self) -> float:
+        """Geometric mean over the depths: a chat lives at every depth."""
+        rates = [r for r in self.rates.values() if r > 0]
+        return math.exp(sum(math.log(r) for r in rates) / len(rates)) if rates else 0.0
+
+    def label(self) -> str:
+        return f"flash attention {'on' if self.flash_attn else 'off'}, {self.threads} threads"
+
+
+class AutoTune:
+    """The measurement as a generator of slices: `step()` does one and says whether more
+    remain; `status` is read by the side pipe's thread (a new dict each time, never mutated)."""
+
+    def __init__(self, w: LoadedModel, free: dict[str, bool], n_gpu_layers: int) -> None:
+        self.w = w
+        self.n_gpu_layers = n_gpu_layers
+        current = w.info
+        fas = [False, True] if free.get("flash_attn") else [bool(current.flash_attn)]
+        threads = tune.thread_counts() if free.get("threads") else [current.n_threads]
+        self.trials = [Trial(fa, t) for fa in fas for t in threads]
+        self.total = len(self.trials) * 2 * ROUNDS
+        self.done = 0
+        self.status: dict = {"state": "tuning", "done": 0, "total": self.total}
+        self._slices = self._run()
+
+    def step(self) -> bool:
+        """One slice; False when the tune has ended (applied, or failed: see status)."""
+        try:
+            next(self._slices)
+            return True
+        except StopIteration:
+            return False
+        except Exception as exc:  # a tune that fails leaves the model as it was
+            self.status = {"state": "failed", "error": str(exc)}
+            return False
+
+    def stop(self) -> None:
+        self._slices.close()  # frees a scratch context still open
+
+    def _run(self) -> Iterator[None]:
+        self._cpu_before = _cpu_seconds()
+        ids = self._filler(DEEP + DECODE_TOKENS + 2)
+        for fa in sorted({t.flash_attn for t in self.trials}):
+            trials = [t for t in self.trials if t.flash_attn == fa]
+            ctx = self._scratch(fa)
+            try:
+                yield from self._measure(ctx, trials, ids)
+            finally:
+                self.w.lib.llama_free(ctx)
+        self._finish()
+
+    def _measure(self, ctx, trials: list[Trial], ids: list[int]) -> Iterator[None]:
+        lib = self.w.lib
+        mem = lib.llama_get_memory(ctx)
+        for _ in range(ROUNDS):  # depth 0
+            for trial in trials:
+                lib.llama_memory_clear(mem, True)
+                yield from self._time(ctx, trial, 0, ids)
+        lib.llama_memory_clear(mem, True)
+        depth, chunk, t0 = 0, 16, time.perf_counter()
+        while depth < DEEP and time.perf_counter() - t0 < PREFILL_BUDGET_S:
+            n = min(chunk, DEEP - depth)
+            took = _decode(lib, ctx, ids[depth : depth + n])
+            depth += n
+            chunk = max(1, min(256, int(n * SLICE_S / max(took, 1e-6))))
+            yield
+        for _ in range(ROUNDS):
+            for trial in trials:
+                lib.llama_memory_seq_rm(mem, -1, depth, -1)  # back to the same depth each time
+                yield from self._time(ctx, trial, depth, ids)
+
+    def _time(self, ctx, trial: Trial, depth: int, ids: list[int]) -> Iterator[None]:
+        lib = self.w.lib
+        lib.llama_set_n_threads(ctx, trial.threads, trial.threads)
+        _decode(lib, ctx, [ids[depth]])  # untimed: the new thread count's first step
+        times = trial.times.setdefault(depth, [])
+        for i in range(DECODE_TOKENS):
+            times.append(_decode(lib, ctx, [ids[depth + 1 + i]]))
+            if i % 4 == 3:
+                yield
+        self.done += 1
+        self.status = {"state": "tuning", "done": self.done, "total": self.total}
+
+    def _scratch(self, flash_attn: bool):
+        lib = self.w.lib
+        params = lib.llama_context_default_params()
+        params.n_ctx = SCRATCH_CTX
+        params.n_batch = params.n_ubatch = 256
+        params.n_seq_max = 1
+        params.flash_attn_type = (
+            lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        ctx = lib.llama_init_from_model(self.w.model, params)
+        if not ctx:
+            raise RuntimeError("llama.cpp could not make a scratch context to tune on")
+        return ctx
+
+    def _filler(self, n: int) -> list[int]:
+        ids = self.w.tokenize(tune.TEXT * (2 + n // 30), add_bos=False, special=False)
+        return (ids * (1 + n // max(len(ids), 1)))[:n]
+
+    def _finish(self) -> None:
+        ranked = sorted(self.trials, key=lambda t: t.score, reverse=True)
+        best, worst = ranked[0], ranked[-1]
+        if best.score <= 0:
+            raise RuntimeError("no configuration decoded")
+        info = self.w.info
+        now = (bool(info.flash_attn), info.n_threads)
+        current = next((t for t in self.trials if (t.flash_attn, t.threads) == now), None)
+        self.w.reconfigure(best.flash_attn, best.threads)
+        depths = sorted({d for t in self.trials for d in t.rates})
+        busy = _others_share(self._cpu_before, _cpu_seconds())
+        saved = busy is None or busy <= float(os.environ.get(BUSY_ENV, BUSY_SHARE))
+        if saved:
+            self._save(best, depths)
+        self.status = {
+            "state": "done",
+            "chosen": best.label(),
+            "flash_attn": best.flash_attn,
+            "threads": best.threads,
+            "saved": saved,
+            "others_busy": busy,
+            "gain_over_slowest": best.score / worst.score if worst.score else None,
+            "gain_over_before": best.score / current.score if current and current.score else None,
+            "trials": [
+                {"flash_attn": t.flash_attn, "threads": t.threads, "decode_tps": t.rates}
+                for t in self.trials
+            ],
+            "info": self.w.info,
+        }
+
+    def _save(self, best: Trial, depths: list[int]) -> None:
+        machine.remember_tuned(
+            self.w.options.model_path,
+            {
+                "flash_attn": best.flash_attn,
+                "threads": best.threads,
+                "repack": self.w.info.repack,
+                "n_gpu_layers": self.n_gpu_layers,
+                "decode_tps": {str(d): round(r, 1) for d, r in best.rates.items()},
+                "depths": depths,
+                "auto": True,
+            },
+        )
+
+
+def _cpu_seconds() -> tuple[float, float, float] | None:
+    """(busy seconds of every CPU, this process's CPU seconds, wall time) from /proc/stat
+    (Linux); None elsewhere."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)
+    times = os.times()
+    return (sum(fields) - idle) / tick, times.user + times.system, time.monotonic()
+
+
+def _others_share(before, after) -> float | None:
+    """The share of all CPUs that other programs used between two readings."""
+    if before is None or after is None:
+        return None
+    wall = after[2] - before[2]
+    others = (after[0] - before[0]) - (after[1] - before[1])
+    return max(0.0, others) / (wall * (os.cpu_count() or 1)) if wall > 0 else None
+
+
+def _decode(lib, ctx, tokens: list[int]) -> float:
+    """Decode tokens at the end of the scratch context's sequence; the seconds it took."""
+    arr = (ctypes.c_int32 * len(tokens))(*tokens)
+    t0 = time.perf_counter()
+    code = lib.llama_decode(ctx, lib.llama_batch_get_one(arr, len(tokens)))
+    lib.llama_synchronize(ctx)
+    if code != 0:
+        raise RuntimeError(f"llama_decode failed while tuning (code {code})")
+    return time.perf_counter() - t0

@@ -1,0 +1,97 @@
+"""Tuned on first use: the worker times flash attention and threads in its idle time, a reply
+in the middle goes first, the best is applied without a reload and saved for the file."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from chatapp.engine.local import machine
+from chatapp.engine.local.autotune import BUSY_ENV, Trial
+from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.protocol import ChatMessage, Finished, GenerateRequest, LoadOptions
+from chatapp.sampling import SamplerSettings
+from chatapp.ui.autotune_watch import describe
+
+GREEDY = SamplerSettings(temperature=0.0, max_tokens=24)
+
+
+def reply(engine, text: str) -> Finished:
+    req = GenerateRequest((ChatMessage("user", text),), GREEDY)
+    return next(e for e in engine.generate(req) if isinstance(e, Finished))
+
+
+def wait_done(engine, limit_s: float = 240.0) -> dict:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        status = engine.autotune_status()
+        if status and status["state"] != "tuning":
+            return status
+        time.sleep(0.2)
+    raise AssertionError(f"the tune did not end in {limit_s} s: {status}")
+
+
+@pytest.mark.slow
+def test_a_first_load_tunes_while_idle_applies_without_reload_and_is_kept(
+    model_path, fresh_dirs, monkeypatch
+):
+    monkeypatch.setenv(BUSY_ENV, "1.0")  # a shared test machine: save whatever it measured
+    with LocalEngine(LoadOptions(model_path, n_ctx=2048)) as engine:
+        pid = engine.pid
+        assert not engine.info.tuned
+        assert engine.start_autotune()
+        first = engine.autotune_status()
+        assert first["state"] == "tuning" and first["total"] > 0
+        during = reply(engine, "Name three colours.")  # a reply goes first, and is whole
+        assert during.reason.value in ("eos", "max_tokens") and during.text.strip()
+        status = wait_done(engine)
+        assert status["state"] == "done", status
+        assert engine.pid == pid  # applied on the loaded model, no new worker
+        assert engine.info.tuned
+        assert (engine.info.flash_attn, engine.info.n_threads) == (
+            status["flash_attn"],
+            status["threads"],
+        )
+        for trial in status["trials"]:
+            assert set(trial["decode_tps"]) == {0, max(trial["decode_tps"])}
+        after = reply(engine, "Name three colours.")  # the new context answers
+        assert after.text.strip() and after.stats.decode_tps > 0
+        assert not engine.start_autotune()  # tuned: nothing more to do
+    saved = machine.tuned(model_path)
+    assert saved and saved["auto"] and saved["flash_attn"] == status["flash_attn"]
+    with LocalEngine(LoadOptions(model_path, n_ctx=2048)) as again:  # the next load uses it
+        assert again.info.tuned and again.info.flash_attn == status["flash_attn"]
+        assert not again.start_autotune()
+
+
+@pytest.mark.slow
+def test_settings_the_user_gave_are_not_tuned(model_path, fresh_dirs):
+    given = LoadOptions(model_path, n_ctx=512, flash_attn=False, n_threads=1)
+    with LocalEngine(given) as engine:
+        assert not engine.start_autotune()
+        assert engine.autotune_status() is None
+
+
+def test_the_score_is_the_geometric_mean_over_the_median_tokens():
+    t = Trial(True, 2)
+    t.times = {0: [0.01, 0.01, 0.5], 512: [0.02, 0.02, 0.02]}  # one token hit by a burst
+    assert t.rates == {0: pytest.approx(100.0), 512: pytest.approx(50.0)}
+    assert t.score == pytest.approx((100.0 * 50.0) ** 0.5)
+
+
+def test_what_the_chat_says():
+    assert describe({"state": "tuning", "done": 3, "total": 12})[0] == (
+        "tuning for this machine: 25% (your messages go first)"
+    )
+    line, note = describe(
+        {"state": "done", "chosen": "flash attention on, 2 threads", "saved": True,
+         "gain_over_before": 1.2}
+    )  # fmt: skip
+    assert (
+        line
+        == note
+        == ("tuned: flash attention on, 2 threads, 1.20x the defaults (saved for this file)")
+    )
+    line, _ = describe({"state": "done", "chosen": "x", "saved": False, "gain_over_before": 1.0})
+    assert "not saved: other programs kept the CPU busy" in line
