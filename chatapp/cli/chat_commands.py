@@ -56,6 +56,14 @@ def chat(
     model_name: ModelNameOpt = None,
     think: ThinkOpt = None,
     draft: DraftOpt = None,
+    autotune: Annotated[
+        bool | None,
+        typer.Option(
+            "--autotune/--no-autotune",
+            help="tune on first use: measure flash attention and threads for a file with no "
+            "saved tune, while you type (default: config, else on)",
+        ),
+    ] = None,
     vs: Annotated[
         str | None,
         typer.Option(
@@ -72,6 +80,8 @@ def chat(
     config, problems = load_config()
     if think is not None:
         config = replace(config, think=think)
+    if autotune is not None:
+        config = replace(config, autotune=autotune)
     url, remote = resolve_server(server, api_key_env, model_name, config)
     kind, draft_model = draft_choice(draft, config)
     config = replace(config, draft=kind)
