@@ -35,13 +35,62 @@ PASSAGE = (
     "and the lamp that turned above him every night of the year. When he had finished, he "
     "sealed the letter in the same green bottle and carried it down to the shore at low tide."
 )
+# Edit tasks on texts that were not written for this benchmark: a passage of the Apache
+# License 2.0 (section 4, as published), ordinary code, and a list.
+LICENCE = (
+    "You may reproduce and distribute copies of the Work or Derivative Works thereof in any "
+    "medium, with or without modifications, and in Source or Object form, provided that You "
+    "meet the following conditions: You must give any other recipients of the Work or "
+    "Derivative Works a copy of this License; and You must cause any modified files to carry "
+    "prominent notices stating that You changed the files; and You must retain, in the Source "
+    "form of any Derivative Works that You distribute, all copyright, patent, trademark, and "
+    "attribution notices from the Source form of the Work, excluding those notices that do not "
+    "pertain to any part of the Derivative Works."
+)
+CODE = """def load_settings(path):
+    settings = {}
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, _, value = line.partition("=")
+            settings[key.strip()] = value.strip()
+    return settings
+
+
+def merge_settings(defaults, settings):
+    merged = dict(defaults)
+    for key, value in settings.items():
+        if value:
+            merged[key] = value
+    return merged
+"""
+SHOPPING = (
+    "- two loaves of brown bread\n- a dozen free-range eggs\n- one litre of whole milk\n"
+    "- a bag of green apples\n- fresh basil and parsley\n- three tins of chopped tomatoes\n"
+    "- a block of cheddar cheese\n- washing-up liquid\n- a packet of black tea\n"
+    "- two kilos of potatoes"
+)
 TASKS = {
     "rewrite": (
         "Rewrite the following text, changing the keeper's name from Thomas Hale to Peter Grey. "
         "Keep every other word the same.\n\n" + PASSAGE
     ),
+    "licence edit": (
+        "Repeat the following text exactly, but write 'the recipient' instead of 'You' "
+        "throughout.\n\n" + LICENCE
+    ),
+    "code rename": (
+        "Rename the variable `settings` to `options` in this Python code and print the whole "
+        "code again, changing nothing else.\n\n" + CODE
+    ),
+    "list reorder": (
+        "Sort this shopping list alphabetically and print it again as a list.\n\n" + SHOPPING
+    ),
     "free-form": "Write a long story about a fox who learns to sail a small boat.",
 }
+REWRITES = ("rewrite", "licence edit", "code rename", "list reorder")
 
 
 @dataclass
