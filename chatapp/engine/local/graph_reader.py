@@ -17,8 +17,8 @@ import numpy as np
 
 GGML_TYPE_F32 = 0
 FAULT_ENV = "CHATAPP_FAULT_INSIDE"
-"""Tests: "raise" makes the callback raise once per capture (on the first tensor it copies),
-"raise:always" on every one; the graph must still run to its end."""
+"""Tests: "raise" makes the callback raise once, on the first tensor of the worker's first
+capture; "raise:always" on every tensor of every capture. The graph must still run to its end."""
 
 _NAME = re.compile(rb"^(l_out|kq_soft_max)-(\d+)$")
 
@@ -63,6 +63,7 @@ class GraphReader:
         self.attention: dict[int, np.ndarray] = {}  # [n_head, n_kv]
         self.errors: list[str] = []
         self._fault = ""
+        self._faults = os.environ.get(FAULT_ENV, "")
         self._lib = _ggml()
         self._name_of = self._lib.ggml_get_name
         # Referenced here for as long as the context lives: llama.cpp keeps the bare pointer.
@@ -73,7 +74,7 @@ class GraphReader:
         self.residual.clear()
         self.attention.clear()
         self.errors = []
-        self._fault = os.environ.get(FAULT_ENV, "")
+        self._fault, self._faults = self._faults, self._faults if "always" in self._faults else ""
         self.armed = True
 
     def disarm(self) -> None:
