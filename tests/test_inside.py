@@ -210,3 +210,63 @@ def gemma():
 @pytest.mark.parametrize("request_", PROMPTS[1:], ids=["raw", "code"])
 def test_gemma_last_layers_lens_gives_the_greedy_token(gemma, request_):
     _check_lens(gemma, request_)
+
+
+# ---- the Inside tab ------------------------------------------------------------------------
+
+
+async def test_the_inside_tab_captures_the_selected_token_in_a_worker():
+    from helpers import SIZE, send, wait_until
+    from textual.widgets import TabbedContent
+
+    from chatapp.ui.app import ChatApp
+    from chatapp.ui.widgets.inside import InsidePanel
+
+    engine = ScriptedEngine()
+    app = ChatApp(lambda: engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Hello there")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        panel = app.query_one(InsidePanel)
+        app.query_one(TabbedContent).active = "tab-inside"
+        try:
+            await wait_until(pilot, lambda: panel.inspection is not None, 5)
+        except AssertionError:
+            raise AssertionError(panel.status) from None
+        n_prompt, n_reply = len(app.token_panel.prompt), len(app.token_panel.reply)
+        last = engine.inspections[-1]
+        assert last.position == n_prompt + n_reply - 2  # the pass that wrote the latest token
+        assert last.chosen == app.token_panel.reply[-1].id
+        text = panel.render_inspection(panel.inspection).plain
+        assert "final" in text and "Attention" in text and "Nearest" in text
+        assert "attention sink" in text
+        panel.focus()
+        await pilot.press("]")
+        assert panel.layer == 1
+        app.query_one(TabbedContent).active = "tab-tokens"
+        app.token_panel.strip.cursor = 2
+        app.query_one(TabbedContent).active = "tab-inside"
+        await wait_until(pilot, lambda: engine.inspections[-1].position == n_prompt + 1)
+        assert engine.inspections[-1].chosen == app.token_panel.reply[2].id
+
+
+@pytest.mark.slow
+async def test_the_inside_tab_on_the_real_model_explains_the_latest_token(model_path):
+    from helpers import SIZE, send, wait_until
+    from textual.widgets import TabbedContent
+
+    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.ui.app import ChatApp
+    from chatapp.ui.widgets.inside import InsidePanel
+
+    app = ChatApp(lambda: LocalEngine(LoadOptions(model_path, n_ctx=1024, n_gpu_layers=0)))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Name a colour.")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None, 60)
+        panel = app.query_one(InsidePanel)
+        app.query_one(TabbedContent).active = "tab-inside"
+        await wait_until(pilot, lambda: panel.inspection is not None, 60)
+        found = panel.inspection
+        assert found.chosen.id == app.token_panel.reply[-1].id
+        assert found.lens_ok and found.layers[-1].chosen_rank >= 1
+        _check_attention(found)
