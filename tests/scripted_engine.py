@@ -6,6 +6,9 @@ import threading
 import time
 from collections.abc import Iterator
 
+import numpy as np
+
+from chatapp.engine.inside import Inspection, InspectRequest, LayerLens, Neighbour, Ranked
 from chatapp.engine.protocol import (
     Candidate,
     ChatMessage,
@@ -51,6 +54,7 @@ class ScriptedEngine:
         self._cancel = threading.Event()
         self._settings: SamplerSettings | None = None
         self.requests: list[GenerateRequest] = []
+        self.inspections: list[InspectRequest] = []
         self._alive = False
         self.notes: list[str] = []
         self.killed: str | None = None
@@ -161,6 +165,35 @@ class ScriptedEngine:
 
     def count_tokens(self, messages: list[ChatMessage]) -> int | None:
         return sum(len(m.content.split()) + 4 for m in messages)
+
+    def inspect(self, request: InspectRequest) -> Inspection:
+        """A made-up capture of 4 layers and 2 heads: attention falls on the first token and
+        the one before; the chosen token forms at layer 3."""
+        self.inspections.append(request)
+        tokens = tuple(request.tokens) or (0, 1, 2)
+        pos = request.position % len(tokens)
+        chosen = request.chosen if request.chosen is not None else 7
+        piece = f" {WORDS[chosen % len(WORDS)]}".encode()
+        layers = []
+        for i, p in enumerate((0.0, 0.01, 0.05, 0.6, 0.9, 0.92)):
+            name = "embedding" if i == 0 else "final" if i == 5 else f"layer {i}"
+            top = (Ranked(chosen, piece, p), Ranked(3, b" is", (1 - p) / 2))
+            layers.append(LayerLens(i, name, top if p > 0.3 else top[::-1], 1 if p > 0.3 else 2, p))
+        att = np.zeros((4, 2, pos + 1), np.float32)
+        att[:, :, 0] = 0.7
+        att[:, :, pos] += 0.3
+        return Inspection(
+            position=pos,
+            tokens=tokens[: pos + 1],
+            pieces=tuple(f" {WORDS[t % len(WORDS)]}".encode() for t in tokens[: pos + 1]),
+            chosen=Ranked(chosen, piece, 0.92),
+            layers=tuple(layers),
+            attention=att,
+            neighbours=(Neighbour(5, b" sea", 0.8), Neighbour(6, b" tide", 0.7)),
+            n_head_kv=1,
+            lens_ok=True,
+            timings={"total_ms": 1.0},
+        )
 
     @property
     def alive(self) -> bool:

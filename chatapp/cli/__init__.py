@@ -10,6 +10,7 @@ from chatapp.cli import (  # noqa: F401  (each module registers its commands on 
     chat_commands,
     history_commands,
     hub_commands,
+    inside_commands,
     model_commands,
     speed_commands,
 )

@@ -6,11 +6,14 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from chatapp.errors import ChatappError
 from chatapp.metrics import GenerationStats
 from chatapp.sampling import SamplerSettings
+
+if TYPE_CHECKING:
+    from chatapp.engine.inside import Inspection, InspectRequest
 
 
 class EngineError(ChatappError):
@@ -287,6 +290,12 @@ class Engine(Protocol):
 
     def count_tokens(self, messages: list[ChatMessage]) -> int | None:
         """Prompt tokens of these messages after the chat template; None if it cannot tell."""
+        ...
+
+    def inspect(self, request: InspectRequest) -> Inspection:
+        """Look inside the model at one token (logit lens, attention, embedding neighbours:
+        chatapp/engine/inside.py); raises EngineError with a sentence when it cannot
+        (InsideUnavailable: this engine has no such view)."""
         ...
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ from chatapp.ui import themes
 from chatapp.ui.prompt_input import PromptInput
 from chatapp.ui.screens.help import HelpScreen
 from chatapp.ui.widgets.chat import ChatView
+from chatapp.ui.widgets.inside import InsidePanel
 from chatapp.ui.widgets.probs import ProbPanel
 from chatapp.ui.widgets.sampler import SamplerPanel
 from chatapp.ui.widgets.stats import StatsPanel
@@ -135,6 +136,8 @@ class ChatShell(App):
                             yield ProbPanel(id="probs")
                     with TabPane("Tokens", id="tab-tokens"):
                         yield TokenPanel(id="tokens")
+                    with TabPane("Inside", id="tab-inside"):
+                        yield InsidePanel(id="inside")
                 sampler = SamplerPanel(
                     self.initial_settings, presets=self.config.all_presets(), id="sampler"
                 )

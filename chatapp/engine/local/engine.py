@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from chatapp import paths
+from chatapp.engine.inside import Inspection, InspectRequest
 from chatapp.engine.local import cpu_backend, gpu_fallback, huge_pages, machine
 from chatapp.engine.local.perplexity import PerplexityJob
 from chatapp.engine.local.worker_log import WorkerLog, extra_buffers_from_log, useful_lines
@@ -288,6 +289,16 @@ class LocalEngine:
     def render_prompt(self, request: GenerateRequest) -> tuple[str, str]:
         """The templated prompt text for a request, and a warning if a fallback was used."""
         return self._side_call(("template", request))
+
+    def inspect(self, request: InspectRequest) -> Inspection:
+        """One capture inside the model (chatapp/engine/inside.py): made in the worker on a
+        second context, so it may run while a reply generates and costs that reply nothing.
+        The first one reads weights and fills that context (seconds on a long sequence);
+        raises EngineError with a sentence when it cannot be made."""
+        found = self._side_call(("inspect", request))
+        if isinstance(found, str):
+            raise EngineError(found)
+        return found
 
     def count_tokens(self, messages: list[ChatMessage]) -> int:
         """Tokens of the templated prompt for these messages (for fitting the context)."""

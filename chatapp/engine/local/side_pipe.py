@@ -1,4 +1,5 @@
-"""The side pipe: tokenize and template requests, served on a thread even while generating."""
+"""The side pipe: tokenize, template and inspect requests, served on a thread even while
+generating (the inspector has its own llama.cpp context, so a capture never waits for a reply)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from chatapp.engine.inside import InspectRequest
+    from chatapp.engine.local.inspector import Inspector
     from chatapp.engine.local.loaded_model import LoadedModel
 
 
@@ -17,6 +20,7 @@ def start(worker: LoadedModel, side: Connection) -> None:
 
 def serve_side(worker: LoadedModel, side: Connection) -> None:
     """Tokenize requests on their own pipe, answered even while a reply is generating."""
+    inspector: list[Inspector] = []  # made on the first capture, lives as long as the worker
     while True:
         try:
             msg = side.recv()
@@ -30,3 +34,27 @@ def serve_side(worker: LoadedModel, side: Connection) -> None:
             side.send(worker.render_prompt(msg[1]))
         elif msg[0] == "autotune_status":
             side.send(getattr(worker, "autotune_status", None))
+        elif msg[0] == "inspect":
+            side.send(inspect(worker, inspector, msg[1]))
+
+
+def inspect(worker: LoadedModel, made: list, request: InspectRequest):
+    """One capture (engine/local/inspector.py), or a sentence saying why not."""
+    from chatapp.engine.local.inspector import Inspector, InspectorError
+
+    try:
+        tokens = list(request.tokens)
+        if request.prompt is not None:  # as the token loop makes a reply's prompt
+            rendered, _ = worker.render_prompt(request.prompt)
+            tokens = worker.tokenize(rendered, add_bos=worker.add_bos)
+        if not tokens:
+            return "there are no tokens to look at"
+        if not made:
+            made.append(Inspector(worker))
+        return made[0].capture(
+            tokens, request.position, request.chosen, request.top, request.neighbours
+        )
+    except InspectorError as exc:
+        return str(exc)
+    except Exception as exc:  # an answer is owed: the parent waits on this pipe
+        return f"the capture failed: {type(exc).__name__}: {exc}"

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import httpx
 
+from chatapp.engine.inside import REMOTE_NOTE, InsideUnavailable, Inspection, InspectRequest
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineError,
@@ -227,6 +228,10 @@ class RemoteEngine:
         return self._tokenizer.tokenize(text, special, add_special=False)
 
     # ---- generation ---------------------------------------------------------------------
+
+    def inspect(self, request: InspectRequest) -> Inspection:
+        """A server has no view of its model's layers: always InsideUnavailable."""
+        raise InsideUnavailable(REMOTE_NOTE)
 
     def update_settings(self, settings: SamplerSettings) -> None:
         """Store settings for the next reply (a server cannot change a reply in progress)."""
