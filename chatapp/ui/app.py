@@ -221,7 +221,10 @@ class ChatApp(ReplyEvents, ConversationActions, ModelHost):
     # ---- the conversation -----------------------------------------------------------------
 
     def action_stop(self) -> None:
-        if self.reply is None or self.engine is None:
+        if self.reply is None:
+            self.stop_download()  # Esc with no reply: F8's Hub download, if one runs
+            return
+        if self.engine is None:
             return
         self.session.cancel()
         self.set_status("stopping…")

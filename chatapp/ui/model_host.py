@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from textual import on, work
@@ -22,6 +22,8 @@ from chatapp.ui.screens.model_card import ModelCardScreen
 from chatapp.ui.screens.models import ModelPickerScreen
 from chatapp.ui.shell import ChatShell
 from chatapp.ui.streaming import SMOOTH, WORKER_NICE, cadence_for
+from chatapp.ui.widgets.get_models import GetModelsView
+from chatapp.ui.widgets.hub_downloads import DownloadState, HubDownloads
 from chatapp.ui.widgets.stats import LiveStats
 from chatapp.ui.widgets.tokens import ShownToken
 
@@ -51,6 +53,7 @@ class ModelHost(ChatShell):
         self.load_error: str | None = None  # why the last load failed (None: it did not)
         self.cadence = SMOOTH  # how often a streaming reply is drawn (set per model)
         self.pacer = FramePacer(SMOOTH)  # ... and paced by what its frames cost here
+        self.downloads = HubDownloads(self)  # F8's Hub downloads: they outlive the dialog
 
     @property
     def info(self) -> ModelInfo | None:
@@ -140,7 +143,13 @@ class ModelHost(ChatShell):
                 self.model_label = Path(options.model_path).name
                 self.switch_model(options)  # the conversation stays
 
-        self.push_screen(ModelPickerScreen(self.options, config_dirs=self.config.model_dirs), done)
+        picker = ModelPickerScreen(
+            self.options,
+            config_dirs=self.config.model_dirs,
+            select=self.downloads.latest,
+            download=self.downloads.state,
+        )
+        self.push_screen(picker, done)
 
     def action_model_card(self) -> None:
         if self.info is None:
@@ -148,9 +157,51 @@ class ModelHost(ChatShell):
             return
         self.push_screen(ModelCardScreen.from_info(self.info))
 
-    def action_compare_models(self) -> None:
+    def action_compare_models(self, files: Sequence[str] = ()) -> None:
         source = self.info.path if self.info else (self.options and self.options.model_path)
-        self.push_screen(CompareScreen(source=source or None))
+        self.push_screen(CompareScreen(source=source or None, files=files))
+
+    # ---- Hub downloads (F8's Get models view) ---------------------------------------------
+
+    def on_get_models_view_download_asked(self, message: GetModelsView.DownloadAsked) -> None:
+        if not self.downloads.start(message.files, message.compare):
+            self.notify("A download is under way: wait for it, or stop it (Esc in the chat).")
+
+    def on_get_models_view_stop_asked(self, message: GetModelsView.StopAsked) -> None:
+        self.downloads.stop()
+
+    def stop_download(self) -> None:
+        """Esc in the chat with no reply streaming: stop the Hub download, if one runs."""
+        if self.downloads.stop():
+            self.set_status("stopping the download…")
+
+    def on_hub_downloads_changed(self, message: HubDownloads.Changed) -> None:
+        self._show_download(message.state)
+
+    def on_hub_downloads_finished(self, message: HubDownloads.Finished) -> None:
+        self._show_download(message.state)
+        if message.state.error:
+            self.notify(message.state.line, title="Download failed", severity="error", timeout=10)
+        paths = list(message.paths)
+        if not paths:
+            return
+        self.downloads.latest = paths[-1]
+        for screen in self.screen_stack:
+            if isinstance(screen, ModelPickerScreen):
+                screen.downloaded(paths)
+        names = ", ".join(message.names)
+        self.notify(f"{names}: selected in F8 (Models)", title="Downloaded", timeout=8)
+        if message.compare:
+            self.action_compare_models(paths)
+
+    def _show_download(self, state: DownloadState) -> None:
+        self.downloads.state = state
+        esc = "" if self.busy else " · Esc stops"  # while a reply streams, Esc stops that
+        line = f"{state.head}{esc} · {state.detail}" if state.running else state.line
+        self.set_status(line, state.error)
+        for screen in self.screen_stack:
+            if isinstance(screen, ModelPickerScreen):
+                screen.download = state
 
     # ---- the tokenizer box ----------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from chatapp.ui.widgets.compare_view import (
     bars_markup,
     file_label,
 )
+from chatapp.ui.widgets.hub_names import local_path
 
 QUANT_BUTTONS = ("Q8_0", "Q2_K")
 
@@ -120,7 +121,7 @@ class CompareScreen(ModalScreen[None]):
     ) -> None:
         super().__init__()
         self.source = source  # the loaded model: what the quantize buttons start from
-        self.files = [str(f) for f in files]
+        self.files = [local_path(str(f)) for f in files]  # names (USER/REPO:QUANT) too
         self.dirs = tuple(dirs)
         self.n_threads = n_threads
         self.tokens = tokens

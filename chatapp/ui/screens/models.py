@@ -1,4 +1,4 @@
-"""The model picker: discovered GGUF files, a typed path, ctx and GPU layers, card and fit."""
+"""The model picker: found GGUF files or a typed path or name, ctx and GPU layers, card, fit."""
 
 from __future__ import annotations
 
@@ -12,15 +12,20 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
+from textual.reactive import reactive
 from textual.screen import ModalScreen
 from textual.validation import Integer
-from textual.widgets import Button, DataTable, Input, Label, Static
+from textual.widgets import Button, DataTable, Input, Label, Static, TabbedContent, TabPane
 
 from chatapp.engine.protocol import ALL_GPU_LAYERS, LoadOptions, gpu_layer_total
 from chatapp.errors import ModelFileError
 from chatapp.gguf.header import ModelCard, card_from_header, read_header
 from chatapp.models import fit
 from chatapp.models.discovery import ModelEntry, discover
+from chatapp.models.specs import ModelSpec
+from chatapp.ui.widgets.get_models import GetModelsView
+from chatapp.ui.widgets.hub_downloads import DownloadState, HubFile
+from chatapp.ui.widgets.hub_names import local_model
 from chatapp.ui.widgets.model_card import CardView, FitView, machine_memory
 
 MIN_CTX, MAX_CTX = 64, 1 << 20
@@ -29,12 +34,19 @@ Machine = Callable[[], tuple[int | None, int | None]]
 
 @dataclass(frozen=True)
 class Picked:
-    """The file the picker would load: its card and shape, or why it cannot be loaded."""
+    """The file the picker would load: its card and shape, or why it cannot be loaded, or
+    the Hub model to download first. `asked` is what was picked (a row's path, or typed)."""
 
     path: str
     card: ModelCard | None = None
     shape: fit.ModelShape | None = None
     error: str = ""
+    asked: str = ""
+    download: ModelSpec | None = None
+
+    def __post_init__(self) -> None:
+        if not self.asked:
+            object.__setattr__(self, "asked", self.path)
 
 
 def read_model(path: str) -> Picked:
@@ -44,6 +56,17 @@ def read_model(path: str) -> Picked:
     except ModelFileError as exc:
         return Picked(path, error=str(exc))
     return Picked(path, card_from_header(header), fit.shape_from_header(header))
+
+
+def read_named(text: str) -> Picked:
+    """A typed path or name (USER/REPO[:QUANT], ollama:NAME[:TAG]) with no network: the file
+    it stands for, or the Hub model it would download (never raises)."""
+    named = local_model(text)
+    if named.download is not None:
+        return Picked("", asked=text, download=named.download)
+    if named.error:
+        return Picked("", asked=text, error=named.error)
+    return replace(read_model(named.path), asked=text)
 
 
 def int_value(widget: Input) -> int | None:
@@ -58,7 +81,8 @@ def int_value(widget: Input) -> int | None:
 
 
 class ModelPickerScreen(ModalScreen[LoadOptions | None]):
-    """Pick a GGUF file and how to load it; dismisses with LoadOptions (None on Esc)."""
+    """Pick a GGUF file and how to load it, or get one from the Hub (the "Get models" tab);
+    dismisses with LoadOptions (None on Esc)."""
 
     DEFAULT_CSS = """
     ModelPickerScreen { align: center middle; }
@@ -74,16 +98,23 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
     ModelPickerScreen #picker-info { height: auto; max-height: 60%; }
     ModelPickerScreen #picker-card-box { width: 1fr; height: auto; }
     ModelPickerScreen #picker-fit-box { width: 1fr; height: auto; border-left: solid $panel; }
-    ModelPickerScreen #picker-buttons { height: 1; margin-top: 1; }
+    ModelPickerScreen #picker-buttons { height: 1; margin-top: 1; dock: bottom; }
     ModelPickerScreen #picker-buttons Button { margin-left: 1; }
     ModelPickerScreen #picker-note { width: 1fr; color: $text-muted; }
     ModelPickerScreen #picker-note.error { color: $error; text-style: bold; }
     ModelPickerScreen .section { color: $accent; text-style: bold; padding: 0 1; }
+    ModelPickerScreen #picker-tabs { height: 1fr; }
+    ModelPickerScreen #picker-tabs TabPane { padding: 0; height: 1fr; }
+    ModelPickerScreen #tab-local > Vertical { height: 1fr; }
     """
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", id="models.cancel"),
         Binding("ctrl+l", "load", "Load", id="models.load"),
+        Binding("ctrl+g", "switch_tab", "Get models / on this machine", id="models.get"),
     ]
+
+    download: reactive[DownloadState] = reactive(DownloadState)
+    """The App's Hub download, passed down to the Get models view."""
 
     class Discovered(Message):
         """The discovery worker found these files."""
@@ -114,9 +145,15 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
         dirs: Sequence[str | Path] = (),
         machine: Machine = machine_memory,
         config_dirs: Sequence[str | Path] = (),
+        select: str | None = None,
+        download: DownloadState | None = None,
     ) -> None:
         super().__init__()
         self.current = current or LoadOptions(model_path="")
+        self.select = select
+        """A file to highlight in the list (the last one downloaded), else the current one."""
+        if download is not None:
+            self.set_reactive(ModelPickerScreen.download, download)
         self.dirs = tuple(dirs)
         self.config_dirs = tuple(config_dirs)
         """config.toml's model_dirs: searched too; one that is missing is skipped."""
@@ -130,42 +167,54 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
     def compose(self) -> ComposeResult:
         box = Vertical()
         box.border_title = "Load a model"
-        with box:
-            yield DataTable(id="model-table", cursor_type="row", zebra_stripes=True)
-            with Horizontal(classes="opts"):
-                yield Label("path")
-                yield Input(placeholder="or type the path of a .gguf file", id="model-path")
-                yield Label("ctx")
-                yield Input(
-                    str(self.current.n_ctx),
-                    type="integer",
-                    validators=[Integer(MIN_CTX, MAX_CTX)],
-                    id="model-ctx",
+        with box, TabbedContent(id="picker-tabs"):
+            with TabPane("On this machine", id="tab-local"), Vertical():
+                yield from self._compose_local()
+            with TabPane("Get models (ctrl+g)", id="tab-get"):
+                yield GetModelsView(self.machine, id="get-models").data_bind(
+                    ModelPickerScreen.download
                 )
-                yield Label("GPU layers")
-                yield Input(
-                    str(self.current.n_gpu_layers),
-                    type="integer",
-                    validators=[Integer(ALL_GPU_LAYERS, self._max_ngl())],
-                    tooltip="-1 = all layers",
-                    id="model-ngl",
-                )
-            with Horizontal(id="picker-info"):
-                with Vertical(id="picker-card-box"):
-                    yield Static("Model card", classes="section")
-                    yield CardView(id="picker-card")
-                with Vertical(id="picker-fit-box"):
-                    yield Static("Memory (before loading)", classes="section")
-                    yield FitView(id="picker-fit")
-            with Horizontal(id="picker-buttons"):
-                yield Static("finding GGUF files…", id="picker-note")
-                yield Button("Load", variant="primary", id="load", compact=True)
-                yield Button("Cancel", id="cancel", compact=True)
+
+    def _compose_local(self) -> ComposeResult:
+        yield DataTable(id="model-table", cursor_type="row", zebra_stripes=True)
+        with Horizontal(classes="opts"):
+            yield Label("path")
+            yield Input(
+                placeholder="or type a path, USER/REPO[:QUANT] or ollama:NAME[:TAG]",
+                id="model-path",
+            )
+            yield Label("ctx")
+            yield Input(
+                str(self.current.n_ctx),
+                type="integer",
+                validators=[Integer(MIN_CTX, MAX_CTX)],
+                id="model-ctx",
+            )
+            yield Label("GPU layers")
+            yield Input(
+                str(self.current.n_gpu_layers),
+                type="integer",
+                validators=[Integer(ALL_GPU_LAYERS, self._max_ngl())],
+                tooltip="-1 = all layers",
+                id="model-ngl",
+            )
+        with Horizontal(id="picker-info"):
+            with Vertical(id="picker-card-box"):
+                yield Static("Model card", classes="section")
+                yield CardView(id="picker-card")
+            with Vertical(id="picker-fit-box"):
+                yield Static("Memory (before loading)", classes="section")
+                yield FitView(id="picker-fit")
+        with Horizontal(id="picker-buttons"):
+            yield Static("finding GGUF files…", id="picker-note")
+            yield Button("Load", variant="primary", id="load", compact=True)
+            yield Button("Cancel", id="cancel", compact=True)
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        table.add_columns("file", "quant", "size", "params", "source", "path")
+        table = self.query_one("#model-table", DataTable)
+        table.add_columns("file", "quant", "size", "params", "source", "name or path")
         table.focus()
+        self._sync_ctx()
         self._discover()
         self._measure()
 
@@ -183,13 +232,14 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
         self.post_message(self.MachineMeasured(*self.machine()))
 
     @work(thread=True, exclusive=True, group="models-read", exit_on_error=False)
-    def _read(self, path: str) -> None:
-        self.post_message(self.ModelRead(read_model(path)))
+    def _read(self, asked: str, typed: bool) -> None:
+        picked = read_named(asked) if typed else read_model(asked)
+        self.post_message(self.ModelRead(replace(picked, asked=asked)))
 
     # ---- messages -----------------------------------------------------------------------------
 
     def on_model_picker_screen_discovered(self, message: Discovered) -> None:
-        table = self.query_one(DataTable)
+        table = self.query_one("#model-table", DataTable)
         table.clear()
         self.entries = {e.path: e for e in message.entries}
         bad = self.app.theme_variables.get("error", "red")
@@ -198,22 +248,22 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
             params = f"{e.n_params / 1e6:,.0f}M" if e.n_params else "-"
             name = Path(e.path).name
             if e.ok:
-                cells = [name, e.quant, size, params, e.source, e.path]
+                cells = [name, e.quant, size, params, e.source, e.spec]
             else:
                 red = [Text(t, style=bad, end="") for t in (name, "invalid", e.error)]
                 cells = [red[0], red[1], size, params, e.source, red[2]]
             table.add_row(*cells, key=e.path)
-        current = self.current.model_path
-        if current in self.entries:
-            table.move_cursor(row=table.get_row_index(current))
+        wanted = self._listed(self.select) or self._listed(self.current.model_path)
+        if wanted is not None:
+            table.move_cursor(row=table.get_row_index(wanted))
         n_ok = sum(e.ok for e in message.entries)
         note = f"{n_ok} loadable GGUF file(s) found; Enter or ctrl+l loads the highlighted one"
         self._note(message.error or note, error=bool(message.error))
         if not message.entries:
-            self._note("no GGUF files found: type a path", error=True)
+            self._note("no GGUF files found: type a path or a name, or get one (ctrl+g)", True)
 
     def on_model_picker_screen_model_read(self, message: ModelRead) -> None:
-        if message.picked.path != self._wanted_path():
+        if message.picked.asked != self._wanted():
             return  # the user has moved on
         self._show(message.picked)
 
@@ -223,14 +273,14 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
 
     # ---- the user ---------------------------------------------------------------------------
 
-    @on(DataTable.RowHighlighted)
+    @on(DataTable.RowHighlighted, "#model-table")
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.row_key.value is None:
             return
         self._typed = False
         self._pick(event.row_key.value)
 
-    @on(DataTable.RowSelected)
+    @on(DataTable.RowSelected, "#model-table")
     def _row_selected(self, event: DataTable.RowSelected) -> None:
         self._typed = False
         self.action_load()
@@ -238,29 +288,50 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
     @on(Input.Changed, "#model-path")
     def _path_changed(self, event: Input.Changed) -> None:
         self._typed = bool(event.value.strip())
-        self._pick(self._wanted_path())
+        self._pick(self._wanted())
 
-    @on(Input.Submitted)
+    @on(Input.Submitted, "#model-path, #model-ctx, #model-ngl")
     def _submitted(self, event: Input.Submitted) -> None:
         self.action_load()
 
     @on(Input.Changed, "#model-ctx, #model-ngl")
     def _opts_changed(self, event: Input.Changed) -> None:
         self._update_fit()
+        self._sync_ctx()
 
-    def on_button_pressed(self, event: Button.Pressed) -> None:
+    @on(Button.Pressed, "#load, #cancel")
+    def _button_pressed(self, event: Button.Pressed) -> None:
         self.action_load() if event.button.id == "load" else self.action_cancel()
+
+    @on(TabbedContent.TabActivated, "#picker-tabs")
+    def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id == "tab-get":
+            self.query_one(GetModelsView).activate()
+        else:
+            self.query_one("#model-table", DataTable).focus()
+
+    def action_switch_tab(self) -> None:
+        tabs = self.query_one(TabbedContent)
+        if tabs.active == "tab-get":  # focus in a pane shows it (the focus would pull back)
+            self.query_one("#model-table", DataTable).focus()
+        else:
+            self.query_one("#hub-search", Input).focus()
 
     def action_cancel(self) -> None:
         self.dismiss(None)
 
     def action_load(self) -> None:
-        path = self._wanted_path()
-        if not path:
-            self._note("choose a model in the list or type a path", error=True)
+        asked = self._wanted()
+        if not asked:
+            self._note("choose a model in the list, or type a path or a name", error=True)
             return
-        picked = self.picked if self.picked and self.picked.path == path else read_model(path)
+        picked = self.picked if self.picked and self.picked.asked == asked else None
+        picked = picked or (read_named(asked) if self._typed else read_model(asked))
         self._show(picked)
+        if picked.download is not None:
+            self.query_one(GetModelsView).ask([HubFile(picked.download)])
+            self._note(f"downloading {asked}: it is selected here when done (status line)")
+            return
         if picked.error:
             self.app.bell()
             return
@@ -273,28 +344,51 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
             most = f"to {top}" if top is not None else "or more"
             self._note(f"GPU layers must be a whole number from -1 {most}", error=True)
             return
-        self.dismiss(replace(self.current, model_path=path, n_ctx=ctx, n_gpu_layers=ngl))
+        options = replace(self.current, model_path=picked.path, n_ctx=ctx, n_gpu_layers=ngl)
+        self.dismiss(options)
+
+    def downloaded(self, paths: Sequence[str]) -> None:
+        """Files came from the Hub: list them, select the last, and show the list."""
+        if not paths:
+            return
+        self.select = paths[-1]
+        self.query_one(GetModelsView).downloaded()
+        typed = self.query_one("#model-path", Input)
+        if self._typed and self.picked is not None and self.picked.download is not None:
+            typed.value = ""  # the name is a file now: the list has it
+        self.query_one("#model-table", DataTable).focus()  # shows its tab
+        self._discover()
 
     # ---- helpers ----------------------------------------------------------------------------
 
-    def _wanted_path(self) -> str:
+    def _wanted(self) -> str:
+        """What Load takes: the typed path or name, else the highlighted row's path."""
         typed = self.query_one("#model-path", Input).value.strip()
         if self._typed and typed:
-            return str(Path(typed).expanduser())
-        table = self.query_one(DataTable)
+            return typed
+        table = self.query_one("#model-table", DataTable)
         if not table.row_count:
             return ""
         return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value or "")
 
-    def _pick(self, path: str) -> None:
+    def _listed(self, path: str | None) -> str | None:
+        """The list's key for a file (the same file by another path counts)."""
         if not path:
+            return None
+        if path in self.entries:
+            return path
+        real = Path(path).resolve()
+        return next((p for p in self.entries if Path(p).resolve() == real), None)
+
+    def _pick(self, asked: str) -> None:
+        if not asked:
             self._show(None)
             return
-        entry = self.entries.get(path)
+        entry = None if self._typed else self.entries.get(asked)
         if entry is not None and not entry.ok:
-            self._show(Picked(path, error=entry.error))  # known bad: no need to read it again
+            self._show(Picked(asked, error=entry.error))  # known bad: no need to read it again
             return
-        self._read(path)
+        self._read(asked, self._typed)
 
     def _show(self, picked: Picked | None) -> None:
         self.picked = picked
@@ -305,8 +399,15 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
             ngl = self.query_one("#model-ngl", Input)
             ngl.validators = [Integer(ALL_GPU_LAYERS, self._max_ngl())]
             ngl.validate(ngl.value)
-        self.query_one("#load", Button).disabled = picked is None or bool(picked.error)
-        if picked and picked.error:
+        load = self.query_one("#load", Button)
+        load.disabled = picked is None or bool(picked.error)
+        load.label = "Download" if picked and picked.download else "Load"
+        if picked and picked.download:
+            self._note(
+                f"{picked.asked} is not on this machine: Enter downloads it from the Hub "
+                "(progress in the status line)"
+            )
+        elif picked and picked.error:
             self._note("this file cannot be loaded (see why above): choose another", error=True)
         elif picked:
             self._note(f"{Path(picked.path).name}: Enter or ctrl+l loads it")
@@ -322,6 +423,12 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
 
     def _ngl(self) -> int | None:
         return int_value(self.query_one("#model-ngl", Input))
+
+    def _sync_ctx(self) -> None:
+        """The Get models view computes memory at the ctx typed here."""
+        ctx = self._ctx()
+        if ctx is not None:
+            self.query_one(GetModelsView).n_ctx = ctx
 
     def _update_fit(self) -> None:
         view = self.query_one(FitView)
