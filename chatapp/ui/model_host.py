@@ -150,7 +150,8 @@ class ModelHost(ChatShell):
 
     def action_compare_models(self) -> None:
         source = self.info.path if self.info else (self.options and self.options.model_path)
-        self.push_screen(CompareScreen(source=source or None))
+        options = getattr(self, "compare_options", None)
+        self.push_screen(CompareScreen(source=source or None, options=options))
 
     # ---- the tokenizer box ----------------------------------------------------------------
 
