@@ -340,9 +340,21 @@ def effective_theme(config: Config) -> str:
 # -- writing the effective config back as TOML (for `chatapp config show`) --
 
 
+# What leaving each optional key out means: `config show` prints it commented with this.
+_UNSET = {
+    "default_model": ('""', "the bundled model is used"),
+    "flash_attn": ("true", "tuned, else off on the CPU and llama.cpp's choice on a GPU"),
+    "repack": ("true", "on, unless it crashed on this machine"),
+    "huge_pages": ("true", "on where Linux offers them"),
+    "think": ("true", "the chat template's own default"),
+    "draft": ('"ngram"', "off: one token at a time"),
+}
+
+
 def to_toml(config: Config) -> str:
-    """The config as TOML text that load_config reads back to an equal Config."""
-    lines: list[str] = []
+    """The config as TOML text that load_config reads back to an equal Config: every key, the
+    ones not set commented (`# key = example  (not set: what that means)`), and the tables
+    with none in them shown by a commented example."""
     top = {
         "default_model": config.default_model,
         "model_dirs": list(config.model_dirs),
@@ -358,17 +370,28 @@ def to_toml(config: Config) -> str:
         "system_prompt": config.system_prompt,
         "theme": config.theme,
     }
-    if config.default_model is None:
-        lines.append("# default_model is not set: the bundled model is used")
-    lines += [f"{k} = {_value(v)}" for k, v in top.items() if v is not None]
+    lines = [
+        f"{k} = {_value(v)}"
+        if v is not None
+        else f"# {k} = {_UNSET[k][0]}  (not set: {_UNSET[k][1]})"
+        for k, v in top.items()
+    ]
     lines += ["", "[sampler]", *_pairs(config.sampler.to_dict())]
     for name, preset in config.presets.items():
         lines += ["", f"[presets.{_key(name)}]", *_pairs(preset.to_dict())]
-    if config.keymap:
-        lines += ["", "[keys]", *_pairs(config.keymap)]
+    if not config.presets:
+        lines += ["", "# [presets.NAME]  (none: sampler keys as in [sampler])"]
+    lines += ["", "[keys]", *_pairs(config.keymap)]
+    if not config.keymap:
+        lines += ['# chat.regenerate = "ctrl+r"  (none rebound: F1 lists the ids and keys)']
     for name, server in config.servers.items():
         values = {f.name: getattr(server, f.name) for f in fields(server)}
         lines += ["", f"[servers.{_key(name)}]", *_pairs(values)]
+    if not config.servers:
+        lines += [
+            "",
+            '# [servers.NAME]  (none: url = "http://127.0.0.1:8080", api_key_env, model_name)',
+        ]
     return "\n".join(lines) + "\n"
 
 

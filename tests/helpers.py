@@ -259,6 +259,7 @@ GENERATION_PROMPT = {
     "command-r7b": "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|><|END_THINKING|>",
     "deepseek-r1-distill-llama": "<｜Assistant｜><think>\n",
     "deepseek-r1-distill-qwen": "<｜Assistant｜><think>\n</think>",
+    "firefunction-v2": "<|start_header_id|>assistant<|end_header_id|>\n\n",
     "gemma2": "<start_of_turn>model\n",
     "gemma4": "<|turn>model\n<|channel>thought\n<channel|>",
     "gpt-oss": "<|start|>assistant",

@@ -181,7 +181,7 @@ def test_to_toml_round_trips() -> None:
     _write(text)
     assert load_config() == (config, [])
     default = to_toml(Config())
-    assert default.startswith("# default_model is not set") and "\nn_ctx = 4096\n" in default
+    assert default.startswith('# default_model = ""  (not set') and "\nn_ctx = 4096\n" in default
     tricky = Config(system_prompt='quote " back\\ tab\t nl\n del\x7f é')
     _write(to_toml(tricky))
     assert load_config()[0].system_prompt == tricky.system_prompt
@@ -200,3 +200,27 @@ def test_theme_is_remembered_until_the_config_theme_changes() -> None:
     assert effective_theme(load_config()[0]) == "dracula"
     state_file().write_text("{ not json")
     assert load_state() == {} and effective_theme(load_config()[0]) == "nord"
+
+
+def test_config_show_prints_every_key_unset_ones_commented(capsys) -> None:
+    """README: `config show` "prints every key with its value"; a key that is not set is
+    printed commented, with what not setting it means."""
+    from dataclasses import fields
+
+    from chatapp.commands.config import config_show
+
+    assert config_show() == 0
+    out = capsys.readouterr().out
+    tables = {"sampler", "presets", "keymap", "servers"}
+    for key in [f.name for f in fields(Config) if f.name not in tables]:
+        assert f"\n{key} = " in out or f"\n# {key} = " in out, f"{key} missing"
+    for key in [f.name for f in fields(SamplerSettings)]:
+        assert f"\n{key} = " in out, f"sampler.{key} missing"
+    for table in ("[sampler]", "[presets.", "[keys]", "[servers."):
+        assert table in out, f"{table} missing"
+    for unset in ("default_model", "flash_attn", "repack", "huge_pages", "think", "draft"):
+        assert f"\n# {unset} = " in out and "(not set" in out.split(f"\n# {unset} = ")[1]
+    assert '\n# default_model = ""  (not set' in out
+    tomllib.loads(out)  # still TOML, and it reads back as the defaults
+    _write(out)
+    assert load_config() == (Config(), [])

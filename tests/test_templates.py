@@ -146,6 +146,24 @@ def test_tools_documents_functions_read_without_defaults():
     assert render(tpl, []).text == "0-"
 
 
+def test_undefined_variables_concatenate_as_empty_text():
+    """As llama.cpp renders them (firefunction-v2 adds `functions` and `datetime`, which nobody
+    passes, to its system prompt): an undefined name joined to text with `+` is empty text,
+    as `{{ nothing }}` already was; everything else about it stays jinja's Undefined."""
+    assert render("{{ 'a' + nothing + 'b' }}|{{ nothing }}", []).text == "ab|"
+    assert render("{% set s = 'x' %}{% set s = s + '\\n' + nothing %}{{ s }}", []).text == "x\n"
+    assert render("{{ (nothing ~ 'c') | length }}", []).text == "1"
+    out = render(source("firefunction-v2"), [ChatMessage("user", "Hi")], bos_token=BOS).text
+    assert out == (
+        "<BOS><|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant with "
+        "access to functions.\n"
+        + out.split("functions.\n", 1)[1].split("<|eot_id|>")[0]
+        + "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+    assert "Available functions as JSON spec:\n\nToday is .<|eot_id|>" in out
+
+
 def test_enable_thinking_is_passed_only_when_given():
     tpl = "{{ 'unset' if enable_thinking is not defined else enable_thinking }}"
     assert render(tpl, []).text == "unset"

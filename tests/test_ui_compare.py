@@ -14,12 +14,13 @@ from textual.widgets import Input, OptionList, SelectionList
 
 from chatapp.engine.protocol import EngineError, Finished, ModelInfo, StopReason, Token
 from chatapp.metrics import GenerationStats
-from chatapp.models import compare_runs, quantize
+from chatapp.models import compare, compare_runs, quantize
 from chatapp.models.compare_result import CompareResult, RunResult
 from chatapp.models.compare_runs import runs_folder, saved_runs
 from chatapp.ui.screens import compare as compare_screen
 from chatapp.ui.screens.compare import CompareScreen
 from chatapp.ui.screens.compare_history import PastRunsScreen
+from chatapp.ui.widgets.compare_setup import CompareSetup
 from chatapp.ui.widgets.compare_view import CompareTable
 
 pytestmark = pytest.mark.usefixtures("fresh_dirs")
@@ -238,3 +239,42 @@ async def test_real_model_scores_a_text_through_the_screen(tmp_path):
         )
         assert "mean KLD vs the reference" in text_of(screen.query_one("#cmp-bars"))
     assert saved_runs()[0][0].result == result
+
+
+async def test_f10_compares_with_configs_gpu_layers_threads_flash_attn_repack(monkeypatch):
+    """README: n_gpu_layers, threads, flash_attn and repack apply to compare, F10 included:
+    the chat hands the compare screen the options `chatapp compare` would load with."""
+    from chatapp import paths
+    from chatapp.cli import main
+    from chatapp.ui import launch
+
+    config = paths.config_file()
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("n_gpu_layers = 3\nthreads = 2\nflash_attn = true\nrepack = false\n")
+    built = []
+    monkeypatch.setattr(launch, "run_chat_app", lambda options, **kw: built.append((options, kw)))
+    with pytest.raises(SystemExit) as done:
+        main(["chat", bundled()])
+    assert done.value.code in (0, None) and len(built) == 1
+    options, kwargs = built[0]
+    app = launch.build_app(options, **kwargs)
+    app.engine_factory = lambda: TextEngine(options)  # no worker: the screen is the point
+    seen = []
+
+    def fake_compare(files, **kw):
+        seen.append(kw["options"])
+        raise EngineError("stop here")
+
+    monkeypatch.setattr(compare, "compare", fake_compare)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f10")
+        await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen))
+        screen = app.screen
+        opts = screen.options
+        assert opts is not None
+        assert (opts.n_gpu_layers, opts.n_threads, opts.flash_attn, opts.repack) == (
+            3, 2, True, False,
+        )  # fmt: skip
+        screen._compare([bundled(), bundled()], screen.query_one(CompareSetup).read())
+        await wait_until(pilot, lambda: seen)
+        assert seen == [opts]

@@ -25,8 +25,9 @@ except ImportError:  # older typer raises click's own (NoArgsIsHelpError: click 
     from click.exceptions import ClickException, NoArgsIsHelpError
 
 # typer.Abort (Ctrl-C at a prompt) is typer's own class since typer vendors click, click's
-# re-exported before; typer.TyperException is the base of the vendored click exceptions.
-_CLI_ERRORS = (typer.TyperException, ClickException)
+# re-exported before; typer.TyperException is the base of the vendored click exceptions (older
+# typer, down to the 0.12 floor, has none: click's ClickException is the base there).
+_CLI_ERRORS = (getattr(typer, "TyperException", ClickException), ClickException)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -106,7 +106,24 @@ def chat(
         return
     from chatapp.ui.launch import run_chat_app  # the UI is imported only here
 
-    run_chat_app(options, server=url, remote=remote, config=config, problems=problems)
+    # F10's comparison loads each file as `chatapp compare` would with these flags.
+    compare_options = load_options(
+        None,
+        ngl=ngl,
+        threads=threads,
+        flash_attn=flash_attn,
+        repack=repack,
+        config=config,
+        find_model=False,
+    )
+    run_chat_app(
+        options,
+        server=url,
+        remote=remote,
+        config=config,
+        problems=problems,
+        compare_options=compare_options,
+    )
 
 
 @app.command()

@@ -59,6 +59,7 @@ class ChatApp(ReplyEvents, ConversationActions, ModelHost):
         options: LoadOptions | None = None,
         startup_notes: Iterable[str] = (),
         config: Config | None = None,
+        compare_options: LoadOptions | None = None,
     ) -> None:
         session = ChatSession(history or ChatHistory(None, self._warn), settings, system_prompt)
         super().__init__(
@@ -66,6 +67,9 @@ class ChatApp(ReplyEvents, ConversationActions, ModelHost):
             remember_theme,
         )  # fmt: skip
         self.startup_notes = list(startup_notes)
+        # How F10's comparison loads each file (GPU layers, threads, flash attention, repack):
+        # config.toml and the command line, as `chatapp compare` (None: CPU-only defaults).
+        self.compare_options = compare_options
         self.session.enable_thinking = self.config.think
         self.session.speculation = draft_source(self.config.draft)[0]
         self.report = ReplyReport()  # the Speed panel's note on each finished reply

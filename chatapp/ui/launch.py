@@ -34,6 +34,7 @@ def build_app(
     remote: dict | None = None,
     config: Config | None = None,
     problems: list[str] | None = None,
+    compare_options: LoadOptions | None = None,
 ) -> ChatApp:
     config = config or Config()
     remote_options = {k: v for k, v in (remote or {}).items() if v}
@@ -68,6 +69,7 @@ def build_app(
         options=None if server else options,
         startup_notes=notes,
         config=config,
+        compare_options=compare_options,
     )
     history.warn = app._warn
     return app

@@ -159,7 +159,8 @@ class ModelHost(ChatShell):
 
     def action_compare_models(self, files: Sequence[str] = ()) -> None:
         source = self.info.path if self.info else (self.options and self.options.model_path)
-        self.push_screen(CompareScreen(source=source or None, files=files))
+        options = getattr(self, "compare_options", None)
+        self.push_screen(CompareScreen(source=source or None, files=files, options=options))
 
     # ---- Hub downloads (F8's Get models view) ---------------------------------------------
 

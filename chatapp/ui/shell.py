@@ -14,6 +14,7 @@ from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 from chatapp.config import Config
 from chatapp.sampling import SamplerSettings
 from chatapp.ui import themes
+from chatapp.ui.keys import help_rows, key_of
 from chatapp.ui.prompt_input import PromptInput
 from chatapp.ui.screens.help import HelpScreen
 from chatapp.ui.widgets.chat import ChatView
@@ -175,7 +176,7 @@ class ChatShell(App):
     # ---- view actions ---------------------------------------------------------------------
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self._binding_rows()))
+        self.push_screen(HelpScreen(help_rows(self)))
 
     def action_toggle_side(self) -> None:
         side = self.query_one("#side")
@@ -225,29 +226,14 @@ class ChatShell(App):
         line.update(text, layout=False)  # one line, fixed height
         line.set_class(error, "error")
 
-    def _binding_rows(self) -> list[tuple[str, str, str]]:
-        rows = [
-            ("enter", "Send the message", "prompt.submit"),
-            ("alt+enter / ctrl+j", "New line in the message", "prompt.newline"),
-        ]
-        for b in self.BINDINGS:
-            rows.append((b.key, b.description, b.id or ""))
-        rows += [
-            ("←/→ (Tokens tab)", "Move the token cursor", "tokens.left/right"),
-            ("↑/↓ (Next token tab)", "Move over the candidates", "probs.up/down"),
-            ("enter / click (Next token tab)", "Pick it: the reply goes on from it", "probs.pick"),
-            ("←/→ (slider)", "Change a sampler value; shift = ×10", "slider.less/more"),
-            ("ctrl+p", "Command palette", "app.command_palette"),
-            ("ctrl+q", "Quit", "app.quit"),
-        ]
-        return rows
-
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for b in self.BINDINGS:
             action = b.action
             yield SystemCommand(
-                b.description, f"{b.description} ({b.key})", lambda a=action: self.run_action(a)
+                b.description,
+                f"{b.description} ({key_of(self, b)})",
+                lambda a=action: self.run_action(a),
             )
         for name in self.sampler.presets:
             yield SystemCommand(

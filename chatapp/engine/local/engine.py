@@ -76,8 +76,9 @@ class LocalEngine:
         (ModelFileError when the file is plainly not a model, before any worker).
 
         Every path that loads a model comes here, so all of them get the same recoveries: a
-        load with GPU layers that fails steps down (halving to the CPU, remembered per file),
-        and a worker that crashes in llama.cpp's extra CPU buffers (AMX, repacking) on its
+        load with GPU layers that runs out of memory steps down (halving to the CPU,
+        remembered per file; any other refusal, such as an unknown architecture, fails at
+        once), and a worker that crashes in llama.cpp's extra CPU buffers (AMX, repacking) on its
         first compute is started again without them (remembered for this machine). What
         happened is in `notes`, one sentence each."""
         check_model_file(self.options.model_path)
@@ -91,9 +92,9 @@ class LocalEngine:
             try:
                 info = self._start_surviving(replace(options, n_gpu_layers=layers))
             except EngineError as exc:
+                if layers == steps[-1] or not gpu_fallback.out_of_memory(str(exc), self.log.text()):
+                    raise  # fewer GPU layers cannot help: this error says why
                 first_error = first_error or exc
-                if layers == steps[-1]:
-                    raise  # it failed on the CPU too: not a memory problem, this error says why
                 continue
             if first_error is not None:
                 gpu_fallback.remember_layers(options.model_path, layers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from chatapp import paths
@@ -10,6 +11,18 @@ from chatapp.engine.protocol import EngineError, LoadOptions, resolved_gpu_layer
 from chatapp.errors import ModelFileError
 
 MEMORY_FILE = "gpu-layers.json"
+
+# What llama.cpp says when a buffer does not fit, on every backend (its words, from its
+# sources): "unable to allocate CUDA0 buffer" (weights, llama-model.cpp), "failed to allocate
+# buffer for kv cache" / "compute pp buffers" (llama-kv-cache.cpp, llama-context.cpp), "failed
+# to allocate Vulkan0 buffer of size" (ggml-alloc.c; Vulkan's own allocator says nothing),
+# "cudaMalloc failed: out of memory" and "CUDA error: out of memory" (ggml-cuda.cu), Metal's
+# "failed to allocate buffer, size =" and "(out of memory)", "allocation failed".
+_OUT_OF_MEMORY = re.compile(
+    r"unable to allocate|failed to allocate|out of memory|cudaMalloc failed|allocation failed"
+    r"|OutOfDeviceMemory",
+    re.IGNORECASE,
+)
 
 
 def _memory_path() -> Path:
@@ -67,6 +80,13 @@ def steps_for(options: LoadOptions) -> list[int]:
     except ModelFileError:
         return [requested]  # the load itself reports the bad file
     return layer_steps(requested, n_layers)
+
+
+def out_of_memory(reason: str, log_text: str) -> bool:
+    """Whether a failed load ran out of (GPU) memory, from its error and the worker's log:
+    only then can fewer GPU layers help. Any other refusal (an unknown architecture, a bad
+    tensor) fails the same way with every layer count."""
+    return bool(_OUT_OF_MEMORY.search(reason) or _OUT_OF_MEMORY.search(log_text))
 
 
 def step_down_notice(first_error: EngineError, layers: int) -> str:

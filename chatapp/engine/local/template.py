@@ -5,6 +5,8 @@ transformers' chat templating): loop controls, `{% generation %}` blocks, `tojso
 arguments, `raise_exception`, `strftime_now`. `tools` / `documents` / `functions` are left
 undefined, as llama.cpp does: jinja's Undefined is falsy, iterates as empty and has length 0,
 while None (transformers' choice) breaks templates that loop over `tools` once it `is defined`.
+An undefined name joined to text with `+` is empty text, as llama.cpp renders it (jinja2 would
+raise: firefunction-v2 adds the undefined `functions` and `datetime` to its system prompt).
 A template that refuses a system message gets it folded into the first user turn.
 """
 
@@ -69,6 +71,23 @@ def _tojson(
     )
 
 
+class _Undefined(jinja2.Undefined):
+    """jinja's Undefined (falsy, empty, "" when printed, an error on attribute access), except
+    that `text + undefined` and `undefined + text` are the text, as in llama.cpp."""
+
+    __slots__ = ()
+
+    def __add__(self, other: Any) -> Any:
+        if isinstance(other, str):
+            return other
+        return super().__add__(other)
+
+    def __radd__(self, other: Any) -> Any:
+        if isinstance(other, str):
+            return other
+        return super().__radd__(other)
+
+
 class GenerationExtension(Extension):
     """`{% generation %}...{% endgeneration %}` (marks the assistant's tokens for training in
     transformers): rendered as its content."""
@@ -85,6 +104,7 @@ def _environment() -> ImmutableSandboxedEnvironment:
         loader=jinja2.BaseLoader(),
         trim_blocks=True,
         lstrip_blocks=True,
+        undefined=_Undefined,
         extensions=["jinja2.ext.loopcontrols", GenerationExtension],
     )
     env.globals["raise_exception"] = _raise_exception

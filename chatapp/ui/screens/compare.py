@@ -18,6 +18,7 @@ from textual.widgets import Button, Input, SelectionList, Static
 from textual.widgets.selection_list import Selection
 from textual.worker import Worker, WorkerState
 
+from chatapp.engine.protocol import LoadOptions
 from chatapp.errors import ChatappError
 from chatapp.models import compare, quantize
 from chatapp.models.compare_runs import DEFAULT_KLD_BUDGET, best_tradeoff, tradeoff_line
@@ -118,8 +119,10 @@ class CompareScreen(ModalScreen[None]):
         prompt: str = compare.DEFAULT_PROMPT,
         quantize_dir: str | Path | None = None,
         make_engine: Callable | None = None,
+        options: LoadOptions | None = None,
     ) -> None:
         super().__init__()
+        self.options = options  # each run's GPU layers, threads, flash attention, repack
         self.source = source  # the loaded model: what the quantize buttons start from
         self.files = [local_path(str(f)) for f in files]  # names (USER/REPO:QUANT) too
         self.dirs = tuple(dirs)
@@ -192,6 +195,7 @@ class CompareScreen(ModalScreen[None]):
                 prompt=setup.prompt,
                 tokens=setup.tokens,
                 n_threads=self.n_threads,
+                options=self.options,
                 progress=lambda line: self.post_message(self.Progress(line)),
                 text_file=setup.text,
                 text_ctx=setup.ctx,

@@ -1,8 +1,9 @@
-"""The help screen: every key and what it does."""
+"""The help screen: every key, what it does and its binding id (rows from ui/keys.py)."""
 
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -28,7 +29,14 @@ class HelpScreen(ModalScreen[None]):
         table.add_column("does")
         table.add_column("binding id", style="dim", no_wrap=True)
         for key, desc, bid in self.rows:
-            table.add_row(key, desc, bid)
+            if key:
+                table.add_row(Text(key), Text(desc), Text(bid or "—"))
+            else:  # a section: where these keys work
+                table.add_row("", Text(desc, style="bold underline"), "", end_section=False)
         with VerticalScroll():
             yield Static(table)
-            yield Static("Esc closes. Every action is also in the command palette (ctrl+p).")
+            yield Static(
+                "Esc closes. A key with a binding id can be moved in config.toml's [keys] "
+                '(e.g. chat.regenerate = "ctrl+g"); — marks one that cannot. Every action is '
+                "also in the command palette."
+            )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -41,12 +42,14 @@ class LiveStats:
 MISSING = "–"  # a cell of the panel with nothing measured yet
 
 
-def context_bar(used: int, total: int, width: int = 20) -> Text:
+def context_bar(used: int, total: int, width: int, fill: Style, free: Style) -> Text:
+    """`used` of `total` as a bar of `width` cells (filled in `fill`, the rest in `free`) and
+    the numbers."""
     frac = used / total if total else 0.0
     filled = round(frac * width)
-    style = "red" if frac > 0.9 else "yellow" if frac > 0.7 else "green"
-    text = Text("█" * filled, style=style)
-    text.append("░" * (width - filled), style="dim")
+    text = Text()
+    text.append("█" * filled, style=fill)
+    text.append("░" * (width - filled), style=free)
     text.append(f" {used}/{total}")
     return text
 
@@ -74,7 +77,19 @@ class StatsPanel(Vertical):
     StatsPanel > Sparkline > .sparkline--max-color { color: $spark-max; }
     StatsPanel > Sparkline > .sparkline--min-color { color: $spark-min; }
     StatsPanel > #stats-notes { height: auto; color: $text-muted; }
+    StatsPanel > .context-bar--used { color: $success; }
+    StatsPanel > .context-bar--high { color: $warning; }
+    StatsPanel > .context-bar--full { color: $error; }
+    StatsPanel > .context-bar--free { text-style: dim; }
     """
+
+    COMPONENT_CLASSES = {
+        "context-bar--used",
+        "context-bar--high",
+        "context-bar--full",
+        "context-bar--free",
+    }
+    """The context bar's colours: up to 70% used, to 90%, past 90%, and the free part."""
 
     stats: reactive[LiveStats] = reactive(LiveStats)
     """The numbers to show."""
@@ -89,6 +104,17 @@ class StatsPanel(Vertical):
         yield Static(id="stats-table")
         yield Sparkline([], id="speed-spark")
         yield Static("", id="stats-notes")
+
+    def on_mount(self) -> None:
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self._redraw())
+
+    def context_text(self, used: int, total: int, width: int = 12) -> Text:
+        """The context bar in the theme's colours (COMPONENT_CLASSES)."""
+        frac = used / total if total else 0.0
+        level = "full" if frac > 0.9 else "high" if frac > 0.7 else "used"
+        fill = self.get_component_rich_style(f"context-bar--{level}", partial=True)
+        free = self.get_component_rich_style("context-bar--free", partial=True)
+        return context_bar(used, total, width, fill, free)
 
     def watch_notes(self, notes: str) -> None:
         if self.is_mounted:
@@ -125,7 +151,7 @@ class StatsPanel(Vertical):
         t.add_row("decode", decode_text(s.decode_tps, MISSING), "tokens", tokens)
         t.add_row(
             "context",
-            context_bar(s.n_past, s.n_ctx or (info.n_ctx if info else 0), 12),
+            self.context_text(s.n_past, s.n_ctx or (info.n_ctx if info else 0)),
             "stop",
             s.stop_reason or s.state,
         )
