@@ -27,6 +27,7 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory) -> None:
         path.mkdir()
         os.environ[env] = str(path)
     os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
+    os.environ["CHATAPP_AUTOTUNE"] = "0"  # no tune on first use changing settings mid-test
     os.environ["HF_HOME"] = str(root / "hf-home")  # no saved login (token) of the developer's
     for env in ("HF_TOKEN", "HF_HUB_OFFLINE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN_PATH"):
         os.environ.pop(env, None)

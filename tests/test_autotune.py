@@ -95,3 +95,31 @@ def test_what_the_chat_says():
     )
     line, _ = describe({"state": "done", "chosen": "x", "saved": False, "gain_over_before": 1.0})
     assert "not saved: other programs kept the CPU busy" in line
+
+
+@pytest.mark.slow
+async def test_the_chat_tunes_on_first_use_and_says_what_it_chose(
+    model_path, fresh_dirs, monkeypatch
+):
+    from helpers import wait_until
+
+    from chatapp.config import Config
+    from chatapp.ui.app import ChatApp
+    from chatapp.ui.widgets.stats import StatsPanel
+
+    monkeypatch.setenv("CHATAPP_AUTOTUNE", "1")
+    monkeypatch.setenv(BUSY_ENV, "1.0")
+    seen: list[str] = []
+    app = ChatApp(
+        lambda: LocalEngine(LoadOptions(model_path, n_ctx=1024, n_gpu_layers=0)),
+        config=Config(autotune=True),
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        status = app.query_one("#status-line")
+        await wait_until(pilot, lambda: "tuning for this machine" in str(status.render()), 120)
+        app.notify = lambda text, **kw: seen.append(text)  # what it says at the end
+        await wait_until(pilot, lambda: seen, 240)
+        assert seen[0].startswith("tuned: flash attention ") and "saved for this file" in seen[0]
+        assert app.engine.info.tuned
+        assert app.query_one(StatsPanel).info.tuned
+    assert machine.tuned(model_path)["auto"]

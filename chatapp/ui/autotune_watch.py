@@ -3,12 +3,20 @@ shows in the status line, and what it chose is said once and shown in the Speed 
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
 from textual.message import Message
 
 POLL_S = 0.5
+OFF_ENV = "CHATAPP_AUTOTUNE"  # "0" turns the tune on first use off whatever config says
+
+
+def wanted(config) -> bool:
+    """Whether the chat tunes on first use: config's `autotune`, unless CHATAPP_AUTOTUNE=0
+    (the test suite sets it: a tune changing settings mid-test would make runs differ)."""
+    return bool(config.autotune) and os.environ.get(OFF_ENV, "1") != "0"
 
 
 @dataclass

@@ -7,6 +7,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
+from chatapp.config import Config
 from chatapp.engine.protocol import ChatMessage, LoadOptions
 from chatapp.errors import ChatappError
 from chatapp.metrics import median
@@ -94,7 +95,8 @@ async def _bench(options: LoadOptions, tokens: int, reps: int) -> dict:
     from chatapp.ui.app import ChatApp
     from chatapp.ui.streaming import WORKER_NICE
 
-    app = ChatApp(lambda: make_engine(options, nice=WORKER_NICE))  # as `chatapp chat` runs it
+    # as `chatapp chat` runs it, without a tune on first use changing settings mid-run
+    app = ChatApp(lambda: make_engine(options, nice=WORKER_NICE), config=Config(autotune=False))
     app.ignore_eos = True
     runs: list[UiRun] = []
     async with app.run_test(size=(120, 40)) as pilot:

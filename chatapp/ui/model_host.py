@@ -15,6 +15,7 @@ from chatapp.engine.local.machine import physical_cores
 from chatapp.engine.protocol import Engine, EngineCrashed, EngineError, LoadOptions, ModelInfo
 from chatapp.errors import ChatappError
 from chatapp.sampling import SamplerSettings
+from chatapp.ui import autotune_watch
 from chatapp.ui.messages import EngineFailed, EngineReady, NoticeShown
 from chatapp.ui.pacing import FramePacer
 from chatapp.ui.screens.compare import CompareScreen
@@ -109,6 +110,24 @@ class ModelHost(ChatShell):
         self.sub_title = f"{name} · ctx {message.info.n_ctx}"
         self.set_status(f"ready: {name} loaded in {message.info.load_s:.2f} s")
         self.model_ready()
+        if autotune_watch.wanted(self.config) and hasattr(self.engine, "start_autotune"):
+            engine = self.engine
+            self.run_worker(
+                lambda: autotune_watch.follow(self, engine),
+                thread=True, exclusive=True, group="autotune", exit_on_error=False,
+            )  # fmt: skip
+
+    def on_autotune_changed(self, message: autotune_watch.AutotuneChanged) -> None:
+        """The tune on first use moved on: the status line while idle, one notice at the end,
+        and the Speed panel shows what runs now."""
+        line, note = autotune_watch.describe(message.status)
+        if line and not self.busy:
+            self.set_status(line)
+        if note:
+            self.notify(note, title="Tuned for this machine", timeout=8)
+        if message.status.get("state") == "done" and self.engine is not None:
+            self.session.info = self.engine.info
+            self.stats_panel.info = self.engine.info
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         self.load_error = message.message

@@ -87,7 +87,7 @@ class TerminalBench:
         flags = [
             x for k, v in {**self.env, "TERM": "xterm-256color"}.items() for x in ("-e", f"{k}={v}")
         ]
-        cmd = " ".join([*self.cli, "chat", self.options.model_path])
+        cmd = " ".join([*self.cli, "chat", self.options.model_path, "--no-autotune"])
         self.tmux("new-session", "-d", "-s", "b", "-x", str(SIZE[0]), "-y", str(SIZE[1]),
                   *flags, cmd)  # fmt: skip
         self.wait_for("ready:", timeout=120)
