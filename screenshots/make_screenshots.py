@@ -2,7 +2,7 @@
 
 Run: python screenshots/make_screenshots.py   (takes about half a minute on 2 cores)
 Only some: python screenshots/make_screenshots.py pick versus
-(the shots: main, pick, thinking, drafts, versus)
+(the shots: main, pick, thinking, drafts, versus, inside)
 """
 
 from __future__ import annotations
@@ -199,8 +199,36 @@ async def versus_shot() -> None:
         app.save_screenshot(str(OUT / "versus.svg"))
 
 
+async def inside_shot() -> None:
+    """The Inside tab on the token that answers a question: the layers where the answer
+    forms (logit lens), what the token attended to, its neighbours."""
+    from textual.widgets import TabbedContent
+
+    from chatapp.ui.widgets.inside import InsidePanel
+
+    options = LoadOptions(model_path=str(smollm2_path()), n_ctx=2048, n_gpu_layers=0)
+    app = ChatApp(
+        lambda: LocalEngine(options),
+        settings=SamplerSettings(temperature=0.0, max_tokens=24),
+        model_label="SmolLM2-135M-Instruct.Q4_1.gguf",
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot, app, "What is the capital of France? Answer in one sentence.")
+        tokens = app.last_reply.tokens
+        step = next(i for i, t in enumerate(tokens) if b"Paris" in t.piece)
+        app.query_one("#reply-tokens", TokenStrip).cursor = step
+        app.query_one(TabbedContent).active = "tab-inside"
+        panel = app.query_one(InsidePanel)
+        await wait_until(pilot, lambda: panel.inspection is not None)
+        panel.focus()
+        app.clear_notifications()
+        await pilot.pause(0.3)
+        app.save_screenshot(str(OUT / "inside.svg"))
+
+
 SHOTS = {
     "main": main,
+    "inside": inside_shot,
     "pick": pick_shot,
     "thinking": thinking_shot,
     "drafts": drafts_shot,
@@ -209,7 +237,7 @@ SHOTS = {
 
 
 async def run(names: list[str]) -> None:
-    for name in names or ["main", "pick", "drafts", "versus"]:  # (main makes the thinking shot too)
+    for name in names or ["main", "pick", "drafts", "versus", "inside"]:  # (main makes the thinking shot too)
         await SHOTS[name]()
 
 

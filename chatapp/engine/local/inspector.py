@@ -19,6 +19,7 @@ import numpy as np
 from chatapp.engine.inside import Inspection, LayerLens, Neighbour, Ranked
 from chatapp.engine.local.graph_reader import GraphReader
 from chatapp.engine.local.lens_weights import LensWeights
+from chatapp.engine.local.llama_open import fill_batch
 
 SCORES_BUDGET = 64 << 20  # bytes for the score matrix of one ubatch
 LENS_NOTE = (
@@ -103,14 +104,7 @@ class Inspector:
         b = self.batch
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
-            n_past = len(self.kv_tokens)
-            for i, tok in enumerate(chunk):
-                b.token[i] = tok
-                b.pos[i] = n_past + i
-                b.n_seq_id[i] = 1
-                b.seq_id[i][0] = 0
-                b.logits[i] = i == len(chunk) - 1
-            b.n_tokens = len(chunk)
+            fill_batch(b, chunk, len(self.kv_tokens))
             code = self.lib.llama_decode(self.ctx, b)
             if code != 0:
                 self._clear()

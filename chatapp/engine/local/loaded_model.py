@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from chatapp.engine.local import huge_pages, template
+from chatapp.engine.local.llama_open import fill_batch, open_llama
 from chatapp.engine.local.timebound import call_with_timeout
 from chatapp.engine.local.worker_log import (
     extra_buffers_from_log,
@@ -28,74 +28,10 @@ from chatapp.engine.protocol import (
 from chatapp.gguf.header import quant_name
 
 TEMPLATE_TIMEOUT_S = 2.0
-PARALLEL_SEQUENCES = 8  # sequences a context holds: the most replies decoded together
 FOLDED_SYSTEM_NOTE = (
     "the model's chat template has no system role; the system prompt goes at the start of the "
     "first user message"
 )
-
-
-def open_llama(options: LoadOptions, verbose: bool):
-    """A llama_cpp.Llama as LoadOptions say (also used by the benchmark's reference side).
-
-    Two settings Llama() does not take are set on the params it builds: `use_extra_bufts`
-    (repack off) and flash attention "auto" (llama.cpp's own choice, used with GPU layers)."""
-    import llama_cpp
-
-    auto_fa = options.flash_attn is None and options.n_gpu_layers != 0 and gpu_offload()
-    with _load_params(extra_bufts=options.repack is not False, auto_fa=auto_fa):
-        return llama_cpp.Llama(
-            model_path=options.model_path,
-            n_ctx=options.n_ctx,
-            n_gpu_layers=options.n_gpu_layers,
-            n_threads=options.threads,
-            n_threads_batch=options.threads,
-            n_batch=options.n_batch,
-            n_ubatch=options.n_batch,
-            flash_attn=bool(options.flash_attn),
-            logits_all=False,  # logits of the last token only: all rows would cost every step
-            verbose=verbose,  # verbose=False would redirect this process's fds 1/2 while loading
-        )
-
-
-def gpu_offload() -> bool:
-    """Whether this llama.cpp build can offload layers to a GPU."""
-    import llama_cpp
-
-    return bool(llama_cpp.llama_supports_gpu_offload())
-
-
-@contextlib.contextmanager
-def _load_params(extra_bufts: bool, auto_fa: bool):
-    """Patch the two param factories Llama() calls, for the length of one load."""
-    import llama_cpp
-    from llama_cpp import _internals
-
-    model_defaults = llama_cpp.llama_cpp.llama_model_default_params
-    context_class = _internals.LlamaContext
-
-    def model_params():
-        params = model_defaults()
-        params.use_extra_bufts = extra_bufts
-        return params
-
-    def context(*args, **kwargs):
-        params = kwargs["params"]
-        if auto_fa:
-            params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
-        # Room for parallel sequences ("regenerate x N"), all in one KV buffer so each can
-        # use the whole context and share the prompt's cells.
-        params.n_seq_max = PARALLEL_SEQUENCES
-        params.kv_unified = True
-        return context_class(*args, **kwargs)
-
-    llama_cpp.llama_cpp.llama_model_default_params = model_params
-    _internals.LlamaContext = context
-    try:
-        yield
-    finally:
-        llama_cpp.llama_cpp.llama_model_default_params = model_defaults
-        _internals.LlamaContext = context_class
 
 
 class LoadedModel:
@@ -323,15 +259,7 @@ class LoadedModel:
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             b = self.batch
-            n_past = len(self.kv_tokens)
-            for i, tok in enumerate(chunk):
-                b.token[i] = tok
-                b.pos[i] = n_past + i
-                b.n_seq_id[i] = 1
-                b.seq_id[i][0] = 0
-                b.logits[i] = logits_all
-            b.logits[len(chunk) - 1] = True
-            b.n_tokens = len(chunk)
+            fill_batch(b, chunk, len(self.kv_tokens), logits_all)
             code = self.lib.llama_decode(self.ctx, b)
             if code != 0:
                 return code

@@ -53,7 +53,7 @@ class ParallelGeneration(Generation):
 
     def _run(self) -> None:
         w, req = self.w, self.req
-        n = min(req.n_alternatives, w.n_seq_max)  # loaded_model.PARALLEL_SEQUENCES
+        n = min(req.n_alternatives, w.n_seq_max)  # llama_open.PARALLEL_SEQUENCES
         t_request = time.perf_counter()
         rendered, _ = w.render_prompt(req)  # (a template fallback was said by plain replies)
         prompt = w.tokenize(rendered, add_bos=w.add_bos)
