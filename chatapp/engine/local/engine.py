@@ -322,6 +322,7 @@ class LocalEngine:
             return False
         plan = {"free": free, "n_gpu_layers": self.options.n_gpu_layers}
         self._send(("autotune", plan))
+        self._recv(what="starting the tune")  # ("autotune_started", status): it is under way
         return True
 
     def autotune_status(self) -> dict | None:

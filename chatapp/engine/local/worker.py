@@ -111,6 +111,7 @@ def serve(worker: LoadedModel, conn: Connection) -> None:
         if kind == "autotune":
             tuner = AutoTune(worker, **msg[1])
             worker.autotune_status = tuner.status
+            conn.send(("autotune_started", tuner.status))
             continue
         if kind == "generate":
             job = ParallelGeneration if msg[1].n_alternatives > 1 else Generation
