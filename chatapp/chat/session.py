@@ -20,6 +20,7 @@ from chatapp.engine.protocol import (
     Failed,
     Finished,
     GenerateRequest,
+    Grammar,
     ModelInfo,
     PromptEvaluated,
     StopReason,
@@ -108,6 +109,7 @@ class ChatSession:
         self.enable_thinking: bool | None = None  # thinking models: on / off / the template's
         self.speculation = ""  # draft tokens from "ngram", the draft "model", or "" (none)
         self.alternatives = 1  # replies the next request decodes together (regenerate x N)
+        self.grammar: Grammar | None = None  # what replies must follow (a schema's, a GBNF's)
         self._alt_tokens: dict[int, list[Token]] = {}  # the other replies' tokens, by seq
         self.engine: Engine | None = None
         self.info: ModelInfo | None = None
@@ -205,6 +207,7 @@ class ChatSession:
             enable_thinking=self.enable_thinking,
             draft=self.speculation,
             n_alternatives=self.alternatives if not prefix else 1,
+            grammar=self.grammar,
         )
         self.alternatives = 1  # (once: the next reply is one again)
         self._alt_tokens = {}

@@ -133,9 +133,17 @@ def ask(
     server: ServerOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
     model_name: ModelNameOpt = None,
+    json_schema: Annotated[
+        str | None, typer.Option(help="a JSON schema file: the reply is JSON that follows it")
+    ] = None,
+    grammar: Annotated[
+        str | None, typer.Option(help="a GBNF grammar file (llama.cpp's): the reply follows it")
+    ] = None,
 ) -> None:
     """Stream one reply to stdout, then a stats line to stderr (defaults from config.toml)."""
-    from chatapp.commands.ask import run_ask
+    from chatapp.commands.ask import grammar_option, run_ask
+
+    constraint = grammar_option(json_schema, grammar)
 
     config = read_config()
     settings = sampler_settings(
@@ -172,6 +180,7 @@ def ask(
         remote=remote if url else None,
         think=config.think if think is None else think,
         draft=kind,
+        grammar=constraint,
     )
     raise typer.Exit(code)
 

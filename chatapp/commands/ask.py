@@ -8,14 +8,17 @@ import sys
 from chatapp import breakdown
 from chatapp.chat.session import ChatSession
 from chatapp.engine.factory import make_engine
+from chatapp.engine.grammar import load_grammar
 from chatapp.engine.protocol import (
     Engine,
     Failed,
     Finished,
+    Grammar,
     LoadOptions,
     Notice,
     Token,
 )
+from chatapp.errors import UsageError
 from chatapp.sampling import SamplerSettings
 from chatapp.stats_text import (
     decode_text,
@@ -64,9 +67,11 @@ def run_ask(
     remote: dict | None = None,
     think: bool | None = None,
     draft: str = "",
+    grammar: Grammar | None = None,
 ) -> int:
     engine = started_engine(options, server, **(remote or {}))
     session = ChatSession(settings=settings, system_prompt=system or "", top_n=top_n)
+    session.grammar = grammar
     session.stop = tuple(stop)
     session.enable_thinking = think
     session.speculation = draft
@@ -105,6 +110,7 @@ def run_ask(
             "thinking": split.thinking if split else "",  # a thinking model's reasoning
             "answer": split.answer if split and (split.thinking or split.closed) else finished.text,
             "stop_reason": str(finished.reason),
+            "grammar": grammar.source if grammar is not None else None,
             "prompt_tokens": st.prompt_tokens,
             "completion_tokens": st.completion_tokens,
             "ttft_s": st.ttft_s,
@@ -146,6 +152,17 @@ def run_ask(
         out.flush()
         print(stats_line(finished), file=sys.stderr)
     return 0
+
+
+def grammar_option(json_schema: str | None, gbnf: str | None) -> Grammar | None:
+    """The grammar `--json-schema FILE` or `--grammar FILE.gbnf` asks for (one of them)."""
+    if json_schema and gbnf:
+        raise UsageError("give --json-schema or --grammar, not both")
+    if json_schema:
+        return load_grammar(json_schema, "schema")
+    if gbnf:
+        return load_grammar(gbnf, "gbnf")
+    return None
 
 
 def stats_line(finished: Finished) -> str:
