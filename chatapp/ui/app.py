@@ -18,6 +18,7 @@ from chatapp.engine.protocol import (
     Engine,
     EngineError,
     GenerateRequest,
+    Grammar,
     LoadOptions,
     Token,
 )
@@ -32,6 +33,7 @@ from chatapp.ui.reply import Reply, stored_footer
 from chatapp.ui.reply_events import ReplyEvents
 from chatapp.ui.reply_report import ReplyReport
 from chatapp.ui.screens.conversations import Choice, ConversationsScreen
+from chatapp.ui.screens.grammar import CLEAR, GrammarScreen
 from chatapp.ui.screens.system_prompt import SystemPromptScreen
 from chatapp.ui.streaming import stream_reply
 from chatapp.ui.widgets.chat import MessageView
@@ -286,6 +288,20 @@ class ChatApp(ReplyEvents, ConversationActions, ModelHost):
                 self.set_status("system prompt set" if text else "system prompt cleared")
 
         self.push_screen(SystemPromptScreen(self.system_prompt), done)
+
+    def action_pick_grammar(self) -> None:
+        def done(choice: Grammar | str | None) -> None:
+            if choice is not None:
+                self.session.grammar = None if choice == CLEAR else choice
+                self.set_status(
+                    "replies are free again" if choice == CLEAR else "from the next reply"
+                )
+
+        self.push_screen(GrammarScreen(self.session.grammar), done)
+
+    def status_tag(self) -> str:
+        grammar = self.session.grammar
+        return f"⊘ {grammar.source}" if grammar is not None else ""
 
     def action_conversations(self) -> None:
         if self.reply is not None:
