@@ -139,6 +139,10 @@ def ask(
     grammar: Annotated[
         str | None, typer.Option(help="a GBNF grammar file (llama.cpp's): the reply follows it")
     ] = None,
+    file: Annotated[
+        list[str] | None,
+        typer.Option("--file", help="attach a text file (repeatable; - reads stdin)"),
+    ] = None,
 ) -> None:
     """Stream one reply to stdout, then a stats line to stderr (defaults from config.toml)."""
     from chatapp.commands.ask import grammar_option, run_ask
@@ -181,6 +185,7 @@ def ask(
         think=config.think if think is None else think,
         draft=kind,
         grammar=constraint,
+        files=file or [],
     )
     raise typer.Exit(code)
 
