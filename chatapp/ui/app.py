@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
 
 from textual import on, work
 
+from chatapp.chat.attachments import Attachment
 from chatapp.chat.recorder import ChatHistory
 from chatapp.chat.session import ChatSession
 from chatapp.config import Config, draft_source
@@ -24,6 +25,7 @@ from chatapp.engine.protocol import (
 )
 from chatapp.history.store import StoreError
 from chatapp.sampling import SamplerSettings
+from chatapp.ui.attach_box import AttachBox
 from chatapp.ui.branch_view import BranchView
 from chatapp.ui.conversation_actions import ConversationActions
 from chatapp.ui.model_host import ModelHost
@@ -78,6 +80,7 @@ class ChatApp(ReplyEvents, ConversationActions, ModelHost):
         self.first_paint_s: list[float] = []  # submit -> first token painted, per reply
         self.paint_log: list[tuple[float, int]] = []  # (UI time, tokens) per batch shown
         self.panels: PanelFeed  # (made on mount, from the panels' widgets)
+        self.attached = AttachBox(self)  # files for the next message (`/file PATH`)
 
     # ---- the session's state, as the widgets and tests read it -----------------------------
 
@@ -139,19 +142,23 @@ class ChatApp(ReplyEvents, ConversationActions, ModelHost):
 
     @on(PromptInput.Submitted)
     async def on_prompt_submitted(self, message: PromptInput.Submitted) -> None:
-        text = message.text
-        if not text.strip():
+        text = self.attached.take(message.text)  # `/file PATH` lines attach files
+        if text is None or not text.strip():
             return
         if self.reply is not None:
             self.notify("A reply is still streaming: press Esc to stop it first.")
             return
+        problem = self.attached.ready(text)
+        if problem:  # the message stays in the input, its files attached
+            self.set_status(problem, error=True)
+            return
         self.query_one("#prompt", PromptInput).clear()
-        await self.send(text)
+        await self.send(text, self.attached.sent())
 
-    async def send(self, text: str) -> None:
-        """Add a user turn and generate the reply to it."""
-        self.session.add_user(text)
-        await self.chat.add("user", text)
+    async def send(self, text: str, files: Sequence[Attachment] = ()) -> None:
+        """Add a user turn (with its attached files) and generate the reply to it."""
+        self.session.add_user(text, files)
+        await self.chat.add("user", self.session.conversation[-1].content)
         await self._generate()
 
     @property
