@@ -56,6 +56,9 @@ def chat(
     model_name: ModelNameOpt = None,
     think: ThinkOpt = None,
     draft: DraftOpt = None,
+    system: Annotated[
+        str | None, typer.Option(help="system prompt: text, or @NAME for a named one")
+    ] = None,
     autotune: Annotated[
         bool | None,
         typer.Option(
@@ -78,6 +81,10 @@ def chat(
     from chatapp.config import load_config
 
     config, problems = load_config()
+    if system is not None:
+        from chatapp.chat.prompts import resolve_system
+
+        config = replace(config, system_prompt=resolve_system(system, config) or "")
     if think is not None:
         config = replace(config, think=think)
     if autotune is not None:
@@ -113,7 +120,9 @@ def chat(
 def ask(
     prompt: Annotated[str, typer.Argument(help="what to ask")],
     model: ModelOpt = None,
-    system: Annotated[str | None, typer.Option(help="system prompt")] = None,
+    system: Annotated[
+        str | None, typer.Option(help="system prompt: text, or @NAME for a named one")
+    ] = None,
     max_tokens: Annotated[int | None, typer.Option(help=bound_help("max_tokens"))] = None,
     temperature: Annotated[float | None, typer.Option(help=bound_help("temperature"))] = None,
     top_p: Annotated[float | None, typer.Option(help=bound_help("top_p"))] = None,
@@ -150,6 +159,9 @@ def ask(
     constraint = grammar_option(json_schema, grammar)
 
     config = read_config()
+    from chatapp.chat.prompts import resolve_system
+
+    system = resolve_system(system, config)
     settings = sampler_settings(
         config,
         temperature=temperature,

@@ -294,7 +294,7 @@ class ChatApp(ReplyEvents, ConversationActions, ModelHost):
                 self.session.set_system_prompt(text)
                 self.set_status("system prompt set" if text else "system prompt cleared")
 
-        self.push_screen(SystemPromptScreen(self.system_prompt), done)
+        self.push_screen(SystemPromptScreen(self.system_prompt, self.config), done)
 
     def action_pick_grammar(self) -> None:
         def done(choice: Grammar | str | None) -> None:
