@@ -91,6 +91,9 @@ class Config:
     (Textual key syntax, e.g. "ctrl+g" or "f1,ctrl+h")."""
     servers: dict[str, ServerConfig] = field(default_factory=dict)
     """Named servers from [servers.NAME] tables."""
+    prompts: dict[str, str] = field(default_factory=dict)
+    """System prompts by name, from [prompts.NAME] tables (`text = "..."`): `--system @NAME`
+    and F2 use them (F2 saves more in prompts.json beside this file: chat/prompts.py)."""
 
     def all_presets(self) -> dict[str, SamplerSettings]:
         """Built-in presets plus the user's (a user preset replaces a built-in of that name)."""
@@ -240,7 +243,7 @@ class _Loader:
             "system_prompt": _text,
             "theme": _name,
         }
-        tables = ["sampler", "presets", "keys", "servers"]
+        tables = ["sampler", "presets", "keys", "servers", "prompts"]
         values: dict[str, Any] = {}
         for key, value in data.items():
             if key in scalars:
@@ -268,7 +271,16 @@ class _Loader:
             server = self.server(name, table)
             if server is not None:
                 servers[name] = server
-        return Config(**values, presets=presets, keymap=keymap, servers=servers)
+        prompts = {}
+        for name, table in self.table(data, "prompts").items():
+            text = table.get("text") if isinstance(table, dict) else None
+            if not isinstance(text, str) or not text.strip():
+                self.problem(f'prompts.{name} must be a table with text = "..." ([prompts.{name}])')
+                continue
+            for key in set(table) - {"text"}:
+                self.unknown(f"prompts.{name}.{key}", ["text"])
+            prompts[name] = text
+        return Config(**values, presets=presets, keymap=keymap, servers=servers, prompts=prompts)
 
 
 def load_config(path: Path | None = None) -> tuple[Config, list[str]]:
@@ -392,6 +404,10 @@ def to_toml(config: Config) -> str:
             "",
             '# [servers.NAME]  (none: url = "http://127.0.0.1:8080", api_key_env, model_name)',
         ]
+    for name, text in config.prompts.items():
+        lines += ["", f"[prompts.{_key(name)}]", *_pairs({"text": text})]
+    if not config.prompts:
+        lines += ["", '# [prompts.NAME]  (none: text = "a system prompt"; chat --system @NAME)']
     return "\n".join(lines) + "\n"
 
 

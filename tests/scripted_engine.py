@@ -130,6 +130,7 @@ class ScriptedEngine:
                     kept_top_k=k < 4,
                     kept_top_p=k < 3,
                     kept_min_p=True,
+                    kept_grammar=request.grammar is None or k != 1,  # a grammar cuts the 2nd
                 )
                 for k in range(6)
             )

@@ -123,8 +123,8 @@ token = "secret"
     assert problems == [
         'config.toml: n_ctx must be a whole number, got "big"',
         "config.toml: unknown key colour (allowed: autotune, default_model, draft, flash_attn, "
-        "huge_pages, keys, model_dirs, n_ctx, n_gpu_layers, presets, repack, sampler, servers, "
-        "system_prompt, theme, think, threads)",
+        "huge_pages, keys, model_dirs, n_ctx, n_gpu_layers, presets, prompts, repack, sampler, "
+        "servers, system_prompt, theme, think, threads)",
         "config.toml: n_gpu_layers must be a whole number, got True",
         'config.toml: repack must be true or false, got "no"',
         "config.toml: sampler.top_p must be between 0 and 1, got 2",
@@ -211,12 +211,12 @@ def test_config_show_prints_every_key_unset_ones_commented(capsys) -> None:
 
     assert config_show() == 0
     out = capsys.readouterr().out
-    tables = {"sampler", "presets", "keymap", "servers"}
+    tables = {"sampler", "presets", "keymap", "servers", "prompts"}
     for key in [f.name for f in fields(Config) if f.name not in tables]:
         assert f"\n{key} = " in out or f"\n# {key} = " in out, f"{key} missing"
     for key in [f.name for f in fields(SamplerSettings)]:
         assert f"\n{key} = " in out, f"sampler.{key} missing"
-    for table in ("[sampler]", "[presets.", "[keys]", "[servers."):
+    for table in ("[sampler]", "[presets.", "[keys]", "[servers.", "[prompts."):
         assert table in out, f"{table} missing"
     for unset in ("default_model", "flash_attn", "repack", "huge_pages", "think", "draft"):
         assert f"\n# {unset} = " in out and "(not set" in out.split(f"\n# {unset} = ")[1]

@@ -65,10 +65,16 @@ class ChatHistory:
         self.reply_id = None
 
     def save_user(
-        self, text: str, system_prompt: str, settings: SamplerSettings, parent: int | None = None
+        self,
+        text: str,
+        system_prompt: str,
+        settings: SamplerSettings,
+        parent: int | None = None,
+        attachments: tuple[dict, ...] = (),
     ) -> int | None:
         """Save a user turn (before its reply is generated), creating the conversation; it
-        follows message `parent` (None: the last one). Returns its id (None: not saved)."""
+        follows message `parent` (None: the last one), with the files attached to it.
+        Returns its id (None: not saved)."""
         if self.conversation_id is None:
             path = self._fingerprint.path if self._fingerprint else ""
             self.conversation_id = self._do(
@@ -79,7 +85,11 @@ class ChatHistory:
         row = None
         if self.conversation_id is not None:
             cid = self.conversation_id
-            row = self._do(lambda: self.store.add_message(cid, "user", text, parent_id=parent))
+            row = self._do(
+                lambda: self.store.add_message(
+                    cid, "user", text, parent_id=parent, attachments=attachments
+                )
+            )
         return row
 
     def begin_reply(self, settings: SamplerSettings, parent: int | None = None) -> None:

@@ -7,6 +7,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from chatapp.chat.attachments import Attachment, compose, reply_budget
 from chatapp.chat.branches import Tree, Turn
 from chatapp.chat.context import fit_messages
 from chatapp.chat.recorder import ChatHistory
@@ -20,6 +21,7 @@ from chatapp.engine.protocol import (
     Failed,
     Finished,
     GenerateRequest,
+    Grammar,
     ModelInfo,
     PromptEvaluated,
     StopReason,
@@ -108,6 +110,7 @@ class ChatSession:
         self.enable_thinking: bool | None = None  # thinking models: on / off / the template's
         self.speculation = ""  # draft tokens from "ngram", the draft "model", or "" (none)
         self.alternatives = 1  # replies the next request decodes together (regenerate x N)
+        self.grammar: Grammar | None = None  # what replies must follow (a schema's, a GBNF's)
         self._alt_tokens: dict[int, list[Token]] = {}  # the other replies' tokens, by seq
         self.engine: Engine | None = None
         self.info: ModelInfo | None = None
@@ -175,7 +178,7 @@ class ChatSession:
         oldest were left out (the history keeps them all)."""
         messages = self.messages()
         n_ctx = self.info.n_ctx if self.info else 0
-        budget = min(self.settings.max_tokens, n_ctx // 2)
+        budget = reply_budget(self.settings.max_tokens, n_ctx)
         # Every token is at least one character: a short conversation surely fits.
         if self.engine is None or not n_ctx:
             return messages, 0
@@ -186,8 +189,14 @@ class ChatSession:
         except EngineError:
             return messages, 0
 
-    def add_user(self, text: str) -> None:
-        row = self.history.save_user(text, self.system_prompt, self.settings, self.tree.last.row)
+    def add_user(self, text: str, attachments: Sequence[Attachment] = ()) -> None:
+        """A user turn: the text, then each attached file as a fenced block headed by its name
+        (the history also keeps the files apart)."""
+        text = compose(text, attachments) if attachments else text
+        files = tuple(a.to_dict() for a in attachments)
+        row = self.history.save_user(
+            text, self.system_prompt, self.settings, self.tree.last.row, files
+        )
         self.tree.add(Turn(ChatMessage("user", text), text, row))
 
     def prepare(self, prefix: Sequence[Token] = ()) -> Prepared:
@@ -205,6 +214,7 @@ class ChatSession:
             enable_thinking=self.enable_thinking,
             draft=self.speculation,
             n_alternatives=self.alternatives if not prefix else 1,
+            grammar=self.grammar,
         )
         self.alternatives = 1  # (once: the next reply is one again)
         self._alt_tokens = {}
@@ -288,13 +298,16 @@ class ChatSession:
         self.draft = None
         return text
 
-    def send(self, text: str | None = None) -> Iterator[Event]:
-        """Add `text` as a user turn (if given), generate the reply and keep the books: the
-        engine's events pass through. For callers without an event loop (`chatapp ask`)."""
+    def send(
+        self, text: str | None = None, attachments: Sequence[Attachment] = ()
+    ) -> Iterator[Event]:
+        """Add `text` (with its attached files) as a user turn (if given), generate the reply
+        and keep the books: the engine's events pass through. For callers without an event
+        loop (`chatapp ask`)."""
         if self.engine is None:
             raise EngineError("no model is loaded")
         if text is not None:
-            self.add_user(text)
+            self.add_user(text, attachments)
         prepared = self.prepare()
         ended = False
         try:

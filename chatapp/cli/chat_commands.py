@@ -56,6 +56,9 @@ def chat(
     model_name: ModelNameOpt = None,
     think: ThinkOpt = None,
     draft: DraftOpt = None,
+    system: Annotated[
+        str | None, typer.Option(help="system prompt: text, or @NAME for a named one")
+    ] = None,
     autotune: Annotated[
         bool | None,
         typer.Option(
@@ -78,6 +81,10 @@ def chat(
     from chatapp.config import load_config
 
     config, problems = load_config()
+    if system is not None:
+        from chatapp.chat.prompts import resolve_system
+
+        config = replace(config, system_prompt=resolve_system(system, config) or "")
     if think is not None:
         config = replace(config, think=think)
     if autotune is not None:
@@ -130,7 +137,9 @@ def chat(
 def ask(
     prompt: Annotated[str, typer.Argument(help="what to ask")],
     model: ModelOpt = None,
-    system: Annotated[str | None, typer.Option(help="system prompt")] = None,
+    system: Annotated[
+        str | None, typer.Option(help="system prompt: text, or @NAME for a named one")
+    ] = None,
     max_tokens: Annotated[int | None, typer.Option(help=bound_help("max_tokens"))] = None,
     temperature: Annotated[float | None, typer.Option(help=bound_help("temperature"))] = None,
     top_p: Annotated[float | None, typer.Option(help=bound_help("top_p"))] = None,
@@ -150,11 +159,26 @@ def ask(
     server: ServerOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
     model_name: ModelNameOpt = None,
+    json_schema: Annotated[
+        str | None, typer.Option(help="a JSON schema file: the reply is JSON that follows it")
+    ] = None,
+    grammar: Annotated[
+        str | None, typer.Option(help="a GBNF grammar file (llama.cpp's): the reply follows it")
+    ] = None,
+    file: Annotated[
+        list[str] | None,
+        typer.Option("--file", help="attach a text file (repeatable; - reads stdin)"),
+    ] = None,
 ) -> None:
     """Stream one reply to stdout, then a stats line to stderr (defaults from config.toml)."""
-    from chatapp.commands.ask import run_ask
+    from chatapp.commands.ask import grammar_option, run_ask
+
+    constraint = grammar_option(json_schema, grammar)
 
     config = read_config()
+    from chatapp.chat.prompts import resolve_system
+
+    system = resolve_system(system, config)
     settings = sampler_settings(
         config,
         temperature=temperature,
@@ -189,6 +213,8 @@ def ask(
         remote=remote if url else None,
         think=config.think if think is None else think,
         draft=kind,
+        grammar=constraint,
+        files=file or [],
     )
     raise typer.Exit(code)
 

@@ -6,16 +6,27 @@ import json
 import sys
 
 from chatapp import breakdown
+from chatapp.chat.attachments import (
+    compose,
+    counted,
+    fit_problem,
+    message_tokens,
+    read_attachment,
+    reply_budget,
+)
 from chatapp.chat.session import ChatSession
 from chatapp.engine.factory import make_engine
+from chatapp.engine.grammar import load_grammar
 from chatapp.engine.protocol import (
     Engine,
     Failed,
     Finished,
+    Grammar,
     LoadOptions,
     Notice,
     Token,
 )
+from chatapp.errors import UsageError
 from chatapp.sampling import SamplerSettings
 from chatapp.stats_text import (
     decode_text,
@@ -64,9 +75,13 @@ def run_ask(
     remote: dict | None = None,
     think: bool | None = None,
     draft: str = "",
+    grammar: Grammar | None = None,
+    files: list[str] | tuple[str, ...] = (),
 ) -> int:
+    attached = [read_attachment(path) for path in files]  # (a bad file: before the model loads)
     engine = started_engine(options, server, **(remote or {}))
     session = ChatSession(settings=settings, system_prompt=system or "", top_n=top_n)
+    session.grammar = grammar
     session.stop = tuple(stop)
     session.enable_thinking = think
     session.speculation = draft
@@ -76,7 +91,10 @@ def run_ask(
     failed: Failed | None = None
     out = sys.stdout
     try:
-        for event in session.send(prompt):
+        if attached:
+            attached = counted(engine, attached)
+            check_fits(engine, compose(prompt, attached), settings)
+        for event in session.send(prompt, attached):
             if isinstance(event, Token):
                 tokens.append(event)
                 if not as_json:
@@ -105,6 +123,7 @@ def run_ask(
             "thinking": split.thinking if split else "",  # a thinking model's reasoning
             "answer": split.answer if split and (split.thinking or split.closed) else finished.text,
             "stop_reason": str(finished.reason),
+            "grammar": grammar.source if grammar is not None else None,
             "prompt_tokens": st.prompt_tokens,
             "completion_tokens": st.completion_tokens,
             "ttft_s": st.ttft_s,
@@ -146,6 +165,27 @@ def run_ask(
         out.flush()
         print(stats_line(finished), file=sys.stderr)
     return 0
+
+
+def check_fits(engine: Engine, content: str, settings: SamplerSettings) -> None:
+    """UsageError with the numbers when the message cannot fit even alone with its reply."""
+    n_ctx = engine.info.n_ctx if engine.info else 0
+    tokens = message_tokens(engine, content)
+    if n_ctx and tokens is not None:
+        problem = fit_problem(tokens, n_ctx, reply_budget(settings.max_tokens, n_ctx))
+        if problem:
+            raise UsageError(problem)
+
+
+def grammar_option(json_schema: str | None, gbnf: str | None) -> Grammar | None:
+    """The grammar `--json-schema FILE` or `--grammar FILE.gbnf` asks for (one of them)."""
+    if json_schema and gbnf:
+        raise UsageError("give --json-schema or --grammar, not both")
+    if json_schema:
+        return load_grammar(json_schema, "schema")
+    if gbnf:
+        return load_grammar(gbnf, "gbnf")
+    return None
 
 
 def stats_line(finished: Finished) -> str:

@@ -137,9 +137,16 @@ def _markdown(conversation: Conversation, messages: list[Message]) -> str:
             out.append(split.answer or "*(no answer: the reply ended while thinking)*")
         else:
             out.append(m.text or "*(empty)*")
+        if m.attachments:  # (their text is in the message, as the model read it)
+            out += ["", "> attached: " + " · ".join(_attached(a) for a in m.attachments)]
         if m.role == "assistant":
             out += ["", *_markdown_footer(m)]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _attached(file: dict) -> str:
+    tokens = f", {file['tokens']:,} tokens" if file.get("tokens") is not None else ""
+    return f"`{file['name']}` ({file['size_bytes']:,} bytes{tokens})"
 
 
 def _markdown_footer(m: Message) -> list[str]:

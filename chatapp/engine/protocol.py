@@ -122,6 +122,16 @@ class ModelInfo:
 
 
 @dataclass(frozen=True)
+class Grammar:
+    """A constraint the reply must follow: llama.cpp's GBNF text, written by hand (a .gbnf file)
+    or converted from a JSON schema (chatapp/engine/grammar.py)."""
+
+    gbnf: str
+    source: str = ""  # what it was made from, said in the status line: "schema person.json"
+    root: str = "root"
+
+
+@dataclass(frozen=True)
 class GenerateRequest:
     """One reply to generate."""
 
@@ -139,6 +149,8 @@ class GenerateRequest:
     draft: str = ""
     """Speculative decoding: "ngram" (drafts looked up in the prompt and reply so far),
     "model" (the draft model of LoadOptions), or "" (one token at a time)."""
+    grammar: Grammar | None = None
+    """Only replies this grammar accepts (llama.cpp's grammar sampler, before the others)."""
 
 
 @dataclass(frozen=True)
@@ -166,10 +178,11 @@ class Candidate:
     kept_top_k: bool = True
     kept_top_p: bool = True
     kept_min_p: bool = True
+    kept_grammar: bool = True  # False: the request's grammar does not allow this token here
 
     @property
     def kept(self) -> bool:
-        return self.kept_top_k and self.kept_top_p and self.kept_min_p
+        return self.kept_top_k and self.kept_top_p and self.kept_min_p and self.kept_grammar
 
     @property
     def text(self) -> str:

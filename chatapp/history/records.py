@@ -107,6 +107,9 @@ class Message:
     """Which of its branches this is, from 1 in the order they were made (Store.messages)."""
     branches: int = 1
     """How many branches there are at this message (itself included)."""
+    attachments: tuple[dict[str, Any], ...] = ()
+    """Files attached to a user message: name, size_bytes, tokens and the text that was sent
+    (the message's text holds them too, as fenced blocks, as the model read them)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data."""
@@ -122,6 +125,7 @@ class Message:
         data["sampler"] = _sampler_from(data.get("sampler"))
         model = data.get("model")
         data["model"] = ModelFingerprint(**model) if model else None
+        data["attachments"] = tuple(data.get("attachments") or ())
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -187,6 +191,7 @@ def message_from_row(row: sqlite3.Row) -> Message:
         chosen=bool(row["chosen"]),
         branch=row["branch"] if "branch" in keys else 1,
         branches=row["branches"] if "branches" in keys else 1,
+        attachments=tuple(json.loads(row["attachments"])) if row["attachments"] else (),
     )
 
 

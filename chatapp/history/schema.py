@@ -57,6 +57,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
             AND p.seq < messages.seq ORDER BY p.seq DESC LIMIT 1)""",
         "CREATE INDEX messages_parent ON messages(parent_id)",
     ),
+    (  # 3: files attached to a user message: JSON [{name, size_bytes, tokens, text}]
+        "ALTER TABLE messages ADD COLUMN attachments TEXT",
+    ),
 ]
 """MIGRATIONS[n] takes a database from schema n to n + 1 (one statement per item)."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
@@ -185,8 +186,10 @@ class Store(Database):
         model: ModelFingerprint | None = None,
         sampler: SamplerSettings | None = None,
         parent_id: int | None = None,
+        attachments: list[dict] | tuple[dict, ...] = (),
     ) -> int:
         """Append a message (save the user turn before generating); returns its id.
+        `attachments`: the files in a user message (Message.attachments).
 
         It follows `parent_id`, or (None) the last message of the chosen path; a message that
         already has followers gets a new branch, and the new message is the chosen one.
@@ -209,11 +212,15 @@ class Store(Database):
             cur = conn.execute(
                 "INSERT INTO messages (conversation_id, seq, role, text, created, updated, "
                 "status, writer_pid, model_path, model_size, model_quant, model_sha256, sampler, "
-                "parent_id) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages "
-                "WHERE conversation_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "parent_id, attachments) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM "
+                "messages WHERE conversation_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, conversation_id, role, text, now, now, status.value, pid)
                 + model_columns(model)
-                + (dumps_sampler(sampler), parent_id),
+                + (
+                    dumps_sampler(sampler),
+                    parent_id,
+                    json.dumps(list(attachments)) if attachments else None,
+                ),
             )
             message_id = int(cur.lastrowid or 0)
             branches.choose(conn, message_id)

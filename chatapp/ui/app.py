@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
 
 from textual import on, work
 
+from chatapp.chat.attachments import Attachment
 from chatapp.chat.recorder import ChatHistory
 from chatapp.chat.session import ChatSession
 from chatapp.config import Config, draft_source
@@ -18,11 +19,13 @@ from chatapp.engine.protocol import (
     Engine,
     EngineError,
     GenerateRequest,
+    Grammar,
     LoadOptions,
     Token,
 )
 from chatapp.history.store import StoreError
 from chatapp.sampling import SamplerSettings
+from chatapp.ui.attach_box import AttachBox
 from chatapp.ui.branch_view import BranchView
 from chatapp.ui.conversation_actions import ConversationActions
 from chatapp.ui.model_host import ModelHost
@@ -32,6 +35,7 @@ from chatapp.ui.reply import Reply, stored_footer
 from chatapp.ui.reply_events import ReplyEvents
 from chatapp.ui.reply_report import ReplyReport
 from chatapp.ui.screens.conversations import Choice, ConversationsScreen
+from chatapp.ui.screens.grammar import CLEAR, GrammarScreen
 from chatapp.ui.screens.system_prompt import SystemPromptScreen
 from chatapp.ui.streaming import stream_reply
 from chatapp.ui.widgets.chat import MessageView
@@ -80,6 +84,7 @@ class ChatApp(ReplyEvents, ConversationActions, ModelHost):
         self.first_paint_s: list[float] = []  # submit -> first token painted, per reply
         self.paint_log: list[tuple[float, int]] = []  # (UI time, tokens) per batch shown
         self.panels: PanelFeed  # (made on mount, from the panels' widgets)
+        self.attached = AttachBox(self)  # files for the next message (`/file PATH`)
 
     # ---- the session's state, as the widgets and tests read it -----------------------------
 
@@ -141,19 +146,23 @@ class ChatApp(ReplyEvents, ConversationActions, ModelHost):
 
     @on(PromptInput.Submitted)
     async def on_prompt_submitted(self, message: PromptInput.Submitted) -> None:
-        text = message.text
-        if not text.strip():
+        text = self.attached.take(message.text)  # `/file PATH` lines attach files
+        if text is None or not text.strip():
             return
         if self.reply is not None:
             self.notify("A reply is still streaming: press Esc to stop it first.")
             return
+        problem = self.attached.ready(text)
+        if problem:  # the message stays in the input, its files attached
+            self.set_status(problem, error=True)
+            return
         self.query_one("#prompt", PromptInput).clear()
-        await self.send(text)
+        await self.send(text, self.attached.sent())
 
-    async def send(self, text: str) -> None:
-        """Add a user turn and generate the reply to it."""
-        self.session.add_user(text)
-        await self.chat.add("user", text)
+    async def send(self, text: str, files: Sequence[Attachment] = ()) -> None:
+        """Add a user turn (with its attached files) and generate the reply to it."""
+        self.session.add_user(text, files)
+        await self.chat.add("user", self.session.conversation[-1].content)
         await self._generate()
 
     @property
@@ -292,7 +301,21 @@ class ChatApp(ReplyEvents, ConversationActions, ModelHost):
                 self.session.set_system_prompt(text)
                 self.set_status("system prompt set" if text else "system prompt cleared")
 
-        self.push_screen(SystemPromptScreen(self.system_prompt), done)
+        self.push_screen(SystemPromptScreen(self.system_prompt, self.config), done)
+
+    def action_pick_grammar(self) -> None:
+        def done(choice: Grammar | str | None) -> None:
+            if choice is not None:
+                self.session.grammar = None if choice == CLEAR else choice
+                self.set_status(
+                    "replies are free again" if choice == CLEAR else "from the next reply"
+                )
+
+        self.push_screen(GrammarScreen(self.session.grammar), done)
+
+    def status_tag(self) -> str:
+        grammar = self.session.grammar
+        return f"⊘ {grammar.source}" if grammar is not None else ""
 
     def action_conversations(self) -> None:
         if self.reply is not None:

@@ -91,6 +91,14 @@ class ChatShell(App):
             id="chat.draft",
             priority=True,
         ),
+        Binding(
+            "alt+g",
+            "pick_grammar",
+            "JSON schema / grammar",
+            show=False,
+            id="chat.grammar",
+            priority=True,
+        ),
         Binding("f8", "pick_model", "Models", id="models.pick", priority=True),
         Binding("f9", "model_card", "Model card", id="models.card", priority=True),
         Binding("f10", "compare_models", "Compare", id="models.compare", priority=True),
@@ -223,8 +231,13 @@ class ChatShell(App):
 
     def set_status(self, text: str, error: bool = False) -> None:
         line = self.query_one("#status-line", Static)
-        line.update(text, layout=False)  # one line, fixed height
+        tag = self.status_tag()  # what applies to every reply (a grammar) stays in sight
+        line.update(f"{tag} · {text}" if tag and text else tag or text, layout=False)
         line.set_class(error, "error")
+
+    def status_tag(self) -> str:
+        """What the status line always starts with (ChatApp: the conversation's grammar)."""
+        return ""
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

@@ -134,14 +134,24 @@ def top_candidates(
     piece: Callable[[int], bytes],
     idx: np.ndarray | None = None,
     log_z: float | None = None,
+    allowed: np.ndarray | None = None,
+    log_z_allowed: float | None = None,
+    tail: np.ndarray | None = None,
 ) -> tuple[Candidate, ...]:
-    """Rank candidates as the native chain does: penalties, top-k, top-p, min-p, temperature.
+    """Rank candidates as the native chain does: (grammar,) penalties, top-k, top-p, min-p,
+    temperature.
 
     Returns the top `top_n` candidates. Probabilities after the samplers are exact when the
     kept set lies within the ranked best (top-k bounds it); otherwise the tail outside them is
     counted with its raw logits. Plain Python floats (float64) over the ~100 ranked values:
     cheaper than a few dozen numpy calls on tiny arrays, each slow with the caches cold (this
     runs right after a decode, on every token).
+
+    With a grammar, `allowed` says which of `idx` it allows (the caller ranks enough allowed
+    tokens for top-k: engine/local/grammar.py); the samplers see those only, the list shows
+    the best raw candidates, each cut by the grammar marked. `log_z_allowed` (the normalizer
+    of the allowed tokens) and `tail` (the logits the grammar left, -inf elsewhere) stand in
+    for the whole vocabulary's when top-k does not bound the kept set.
     """
     if idx is None or log_z is None:
         idx, log_z = rank(logits, ranked_size(settings, top_n, logits.shape[0]))
@@ -151,18 +161,71 @@ def top_candidates(
     pen0 = penalized(raw0, ids0, recent, settings.repeat_penalty)
     order = sorted(range(m), key=pen0.__getitem__, reverse=True)  # stable for ties
     k = settings.top_k
-    bounded = 0 < k <= m
-    if bounded:  # nothing below the k-th (or the top_n-th shown) changes what is reported
-        order = order[: max(k, top_n)]
-    ids = [ids0[i] for i in order]
-    raw = [raw0[i] for i in order]
-    pen = [pen0[i] for i in order]
+    if allowed is None:
+        bounded = 0 < k <= m
+        if bounded:  # nothing below the k-th (or the top_n-th shown) changes what is reported
+            order = order[: max(k, top_n)]
+        live, shown = order, order[: min(top_n, m)]
+        z_all = log_z
+    else:
+        ok = allowed.tolist()
+        bounded = 0 < k
+        live = [i for i in order if ok[i]]
+        if bounded:
+            live = live[: max(k, top_n)]
+        shown = order[:top_n]
+        if live and top_n and live[0] not in shown:  # the grammar's best stays in sight
+            shown[-1] = live[0]
+        z_all = log_z_allowed
+    n = min(top_n, len(live))
+    rest = (tail if tail is not None else logits, idx)
+    kept = _survivors(live, raw0, pen0, settings, bounded, z_all, n, rest)
+    out = []
+    flags = (True, True, True)
+    for i in shown:
+        here = kept.get(i)
+        if here is not None:
+            flags = here[:3]
+        out.append(
+            Candidate(
+                ids0[i],
+                piece(ids0[i]),
+                exp(raw0[i] - log_z),
+                here[3] if here is not None else 0.0,
+                *flags,
+                kept_grammar=allowed is None or bool(ok[i]),
+            )
+        )
+    return tuple(out)
+
+
+def _survivors(
+    live: list[int],
+    raw0: list[float],
+    pen0: list[float],
+    settings: SamplerSettings,
+    bounded: bool,
+    log_z: float | None,
+    n: int,
+    rest: tuple[np.ndarray, np.ndarray],
+) -> dict[int, tuple[bool, bool, bool, float]]:
+    """For the first n of `live` (positions into the ranked arrays, best first: the tokens the
+    samplers see): (kept by top-k, top-p, min-p; final probability). `rest`: the logits and
+    the ranked ids, for the mass of unranked tokens the samplers keep when top-k is off."""
+    if not live:
+        return {}
+    raw = [raw0[i] for i in live]
+    pen = [pen0[i] for i in live]
+    m = len(live)
+    k = settings.top_k
     best = pen[0]
 
     # Probabilities among the top-k survivors (the whole vocabulary when top-k is off or wide).
     p_pen = [exp(v - best) for v in pen]
     if bounded:
         z_pen = fsum(p_pen[:k])
+    elif log_z is None:  # (a grammar's allowed tokens beyond the ranked ones: unknown, none)
+        z_pen = fsum(p_pen)
     else:
         z_pen = exp(log_z - best) - fsum(exp(v - best) for v in raw) + fsum(p_pen)
     q = [x / z_pen for x in p_pen]
@@ -182,20 +245,16 @@ def top_candidates(
         n_min = next((i for i, x in enumerate(q) if x < floor), m)
     n_kept = min(n_k, n_p, n_min)
 
-    n = min(top_n, m)
     if settings.greedy:
         final = [1.0] + [0.0] * (n - 1)
     else:
         t = settings.temperature
         scaled = [exp((v - best) / t) for v in pen[:n_kept]]
         z_final = fsum(scaled)
-        if n_kept == m and not bounded:
-            z_final += _kept_tail_mass(logits, idx, np.array(q), z_pen, best, settings)
+        if n_kept == m and not bounded and log_z is not None:
+            z_final += _kept_tail_mass(rest[0], rest[1], np.array(q), z_pen, best, settings)
         final = [x / z_final for x in scaled[:n]] + [0.0] * max(0, n - n_kept)
-    return tuple(
-        Candidate(ids[i], piece(ids[i]), exp(raw[i] - log_z), final[i], i < n_k, i < n_p, i < n_min)
-        for i in range(n)
-    )
+    return {live[i]: (i < n_k, i < n_p, i < n_min, final[i]) for i in range(n)}
 
 
 def _kept_tail_mass(

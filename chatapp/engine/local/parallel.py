@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING
 
 from chatapp.engine.local.candidates import ranked_size
+from chatapp.engine.local.grammar import GrammarUnusable, start_grammar
 from chatapp.engine.local.token_loop import (
     Generation,
     RecentTokens,
@@ -30,8 +31,11 @@ if TYPE_CHECKING:
 class Sequence:
     """One of the replies: its chain, its tokens, its position, whether it has ended."""
 
-    def __init__(self, w: LoadedModel, seq: int, settings, history: list[int], ignore_eos: bool):
+    def __init__(
+        self, w: LoadedModel, seq: int, settings, history: list[int], ignore_eos: bool, grammar
+    ):
         self.seq = seq
+        self.grammar = grammar  # its own grammar state (a GrammarSampler), or None
         self.chain = build_chain(w, settings.with_(seed=settings.seed + seq), history, ignore_eos)
         self.recent = RecentTokens(history, settings.repeat_last_n)
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -70,7 +74,12 @@ class ParallelGeneration(Generation):
             lib.llama_memory_seq_rm(w.mem, s, -1, -1)
             lib.llama_memory_seq_cp(w.mem, 0, s, -1, -1)
         settings = self.settings
-        seqs = [Sequence(w, s, settings, prompt, req.ignore_eos) for s in range(n)]
+        try:
+            grammars = [start_grammar(w, req, []) for _ in range(n)]
+        except GrammarUnusable as exc:
+            self.send(Failed(str(exc)), flush=True)
+            return
+        seqs = [Sequence(w, s, settings, prompt, req.ignore_eos, grammars[s]) for s in range(n)]
         subset = SubsetSampler(lib, 256)
         m = ranked_size(settings, req.top_n, w.n_vocab)
         index = 0
@@ -109,6 +118,8 @@ class ParallelGeneration(Generation):
         finally:
             for q in seqs:
                 lib.llama_sampler_free(q.chain)
+                if q.grammar is not None:
+                    q.grammar.free()
             for s in range(1, n):
                 lib.llama_memory_seq_rm(w.mem, s, -1, -1)
         first = seqs[0]  # its decoded tokens stay in the cache
@@ -145,9 +156,12 @@ class ParallelGeneration(Generation):
             q.reason = StopReason.MAX_TOKENS
             return
         tok, cands, logprob = sample_row(
-            w, q.chain, subset, q.row, settings, q.recent, m, req.top_n
+            w, q.chain, subset, q.row, settings, q.recent, m, req.top_n, q.grammar
         )
         t_tok = time.perf_counter()
+        if tok < 0:  # its grammar allows nothing more
+            q.reason = StopReason.EOG
+            return
         if not req.ignore_eos and lib.llama_vocab_is_eog(w.vocab, tok):
             q.reason = StopReason.EOG
             return

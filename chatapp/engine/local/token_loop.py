@@ -14,6 +14,12 @@ import numpy as np
 
 from chatapp.engine.local import template
 from chatapp.engine.local.candidates import rank, ranked_size, token_logprob, top_candidates
+from chatapp.engine.local.grammar import (
+    GrammarSampler,
+    GrammarUnusable,
+    sample_with_grammar,
+    start_grammar,
+)
 from chatapp.engine.local.loaded_model import FOLDED_SYSTEM_NOTE, inject_cpu_fault
 from chatapp.engine.local.speculation import Speculation
 from chatapp.engine.protocol import (
@@ -135,18 +141,26 @@ class SubsetSampler:
         self.ref = ctypes.byref(self.arr)
 
     def sample(self, chain, logits: np.ndarray, idx: np.ndarray) -> int:
+        self.fill(logits, idx)
+        return self.pick(chain)
+
+    def fill(self, logits: np.ndarray, idx: np.ndarray) -> None:
+        """Put the tokens `idx` and their logits in the buffer (a grammar may then mask it)."""
         n = idx.shape[0]
         if n > self.buf.shape[0]:
             self.__init__(self.lib, n)
-        ids = self.ids
-        ids[:n] = idx
+        self.ids[:n] = idx
         self.logits[:n] = logits[idx]
+        self.n = n
+
+    def pick(self, chain) -> int:
+        """The chain's token among those fill() put in; accepted into the chain."""
         arr = self.arr
-        arr.size = n
+        arr.size = self.n
         arr.selected = -1
         arr.sorted = False
         self.lib.llama_sampler_apply(chain, self.ref)
-        tok = int(ids[arr.selected])
+        tok = int(self.ids[arr.selected])
         self.lib.llama_sampler_accept(chain, tok)
         return tok
 
@@ -166,10 +180,15 @@ def sample_row(
     recent,
     m: int,
     top_n: int,
+    grammar: GrammarSampler | None = None,
 ):
     """One token from one logits row: the candidates to report (top_n of them), the token the
     chain picks (among the m ranked when that is exact, else over the whole vocabulary) and
-    its log-probability before the samplers (None without candidates)."""
+    its log-probability before the samplers (None without candidates). With a grammar: the
+    token is -1 when it allows nothing more (engine/local/grammar.py)."""
+    if grammar is not None:
+        exact = subset_exact(s, m)
+        return sample_with_grammar(w, chain, subset, grammar, row, s, recent, m, top_n, exact)
     logits = w.logits(row)
     idx, log_z = rank(logits, m, top_n > 0)
     cands: tuple = ()
@@ -282,6 +301,11 @@ class Generation:
                 flush=True,
             )
             return
+        try:
+            grammar = start_grammar(w, req, prefix)
+        except GrammarUnusable as exc:
+            self.send(Failed(str(exc)), flush=True)
+            return
         drafter, draft_note = w.drafter(req.draft)
         if draft_note:
             self.send(Notice(draft_note), flush=True)
@@ -336,9 +360,12 @@ class Generation:
                         reason = StopReason.MAX_TOKENS
                         break
                 tok, cands, logprob = sample_row(
-                    w, chain, subset, spec.row, s, recent, m, req.top_n
+                    w, chain, subset, spec.row, s, recent, m, req.top_n, grammar
                 )
                 t_tok = time.perf_counter()
+                if tok < 0:  # a grammar that allows nothing more (its end, the EOG banned)
+                    reason, detail = StopReason.EOG, "the grammar is complete"
+                    break
                 if not req.ignore_eos and lib.llama_vocab_is_eog(w.vocab, tok):
                     reason = StopReason.EOG
                     break
@@ -378,6 +405,8 @@ class Generation:
                     break
         finally:
             lib.llama_sampler_free(chain)
+            if grammar is not None:
+                grammar.free()
             spec.end()
         text = "".join(text_parts)  # an incomplete UTF-8 tail (cut by max_tokens) is dropped
         stats = stats_from_times(

@@ -39,6 +39,9 @@ class _HTTPFailure(Exception):
         self.status, self.body = status, body
 
 
+GRAMMAR_KINDS = ("llama-server", "llama-cpp-python")  # servers that take a GBNF "grammar"
+
+
 class RemoteEngine:
     """A model served over the OpenAI-compatible API. Generation calls come from one thread at
     a time; cancel() and update_settings() may come from any thread. The API key is read from
@@ -273,6 +276,11 @@ class RemoteEngine:
         if settings != request.settings:
             yield SettingsApplied(settings, 0)
         yield from self._notice("sampler", SAMPLER_NOTICE)
+        if request.grammar is not None and self.kind not in GRAMMAR_KINDS:
+            yield Failed(
+                f"a grammar needs llama-server or the llama-cpp-python server, not {self.kind}"
+            )
+            return
         if request.reply_prefix_ids:
             yield from self._notice(
                 "prefix", "a server cannot continue a reply from its tokens; it starts afresh"

@@ -59,6 +59,8 @@ def body_for(
         body["repeat_last_n"] = s.repeat_last_n
     if request.ignore_eos:
         body["ignore_eos"] = True
+    if request.grammar is not None:  # llama-server and the llama-cpp-python server take GBNF
+        body["grammar"] = request.grammar.gbnf
     n = min(request.top_n, MAX_TOP_LOGPROBS)
     if request.raw_prompt is None:
         body["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]

@@ -16,6 +16,7 @@ from chatapp.sampling import SamplerSettings
 from chatapp.textsafe import token_display
 
 BAR = 16
+GRAMMAR_MARK = "⊘"  # marks a candidate the conversation's grammar (or JSON schema) does not allow
 
 
 def bar(p: float, width: int = BAR) -> str:
@@ -152,7 +153,10 @@ class ProbPanel(Widget, can_focus=True):
             is_chosen = c.id == self.chosen
             kept = c.kept
             piece_style = style["chosen"] if is_chosen else (None if kept else style["dropped"])
-            out.append("▶ " if is_chosen else "  ", style=style["chosen"])
+            if not c.kept_grammar:  # a grammar cut is not a prefix like the others: per row
+                out.append(f"{GRAMMAR_MARK} ", style=style["cut"])
+            else:
+                out.append("▶ " if is_chosen else "  ", style=style["chosen"])
             out.append(f"{repr_piece(c.piece)[:piece_w]:<{piece_w}}", style=piece_style)
             out.append(bar(c.p, bar_w), style=style["raw"] if kept else style["dropped"])
             out.append(f" {c.p:5.3f} ")
@@ -162,6 +166,9 @@ class ProbPanel(Widget, can_focus=True):
                 out.stylize(style["cursor"], start, len(out))
             out.append("\n")
             self._lines.append(row)
+        if any(not c.kept_grammar for c in self.candidates):
+            out.append(f"  {GRAMMAR_MARK} cut by the grammar\n", style=style["cut"])
+            self._lines.append(None)
         if self.has_focus:
             out.append("  ↑/↓ · Enter or click: continue from this token", style["hint"])
         out.rstrip()

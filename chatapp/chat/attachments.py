@@ -1,0 +1,143 @@
+"""Files attached to a message: read as text, put in as fenced blocks headed by their names."""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from chatapp.engine.protocol import ChatMessage, Engine, EngineError
+from chatapp.errors import ChatappError
+
+MAX_BYTES = 4 * 1024 * 1024  # past this a file is surely more than any context holds
+STDIN = "-"
+FENCE_LANGS = {
+    ".py": "python", ".js": "javascript", ".ts": "typescript", ".rs": "rust", ".go": "go",
+    ".c": "c", ".h": "c", ".cpp": "cpp", ".java": "java", ".sh": "bash", ".md": "markdown",
+    ".json": "json", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".csv": "csv",
+    ".html": "html", ".css": "css", ".sql": "sql", ".diff": "diff", ".patch": "diff",
+}  # fmt: skip
+_FILE_LINE = re.compile(r"^/file\s+(.+?)\s*$")
+
+
+class AttachmentError(ChatappError):
+    """A file that cannot go into a message (binary, unreadable, missing); one sentence."""
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file as it goes into the message."""
+
+    name: str  # as shown and as the block's heading (the path given, or "stdin")
+    text: str  # the text sent (decoded as UTF-8)
+    size_bytes: int
+    tokens: int | None = None  # its block's tokens, once counted
+
+    def block(self) -> str:
+        """The fenced block: its name on a line, then the text in a fence no line can close."""
+        longest = max((len(m) for m in re.findall(r"`{3,}", self.text)), default=2)
+        fence = "`" * (longest + 1)
+        lang = FENCE_LANGS.get(Path(self.name).suffix.lower(), "")
+        body = self.text if self.text.endswith("\n") or not self.text else self.text + "\n"
+        return f"{self.name}\n{fence}{lang}\n{body}{fence}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Attachment:
+        return cls(data["name"], data["text"], int(data["size_bytes"]), data.get("tokens"))
+
+
+def decode_text(data: bytes, name: str) -> str:
+    """The bytes as text; AttachmentError when they are not (a NUL byte, or not UTF-8)."""
+    if b"\0" in data[:8192]:
+        raise AttachmentError(f"{name} is a binary file ({len(data):,} bytes); nothing was sent")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise AttachmentError(
+            f"{name} is not UTF-8 text (byte {exc.start:,} of {len(data):,}); nothing was sent"
+        ) from None
+
+
+def read_attachment(path: str, stdin=None) -> Attachment:
+    """A file (or standard input for "-") as an attachment; AttachmentError says why not."""
+    if path == STDIN:
+        stream = stdin if stdin is not None else sys.stdin.buffer
+        data = stream.read(MAX_BYTES + 1)
+        name = "stdin"
+    else:
+        p = Path(path).expanduser()
+        name = path
+        try:
+            if p.is_dir():
+                raise AttachmentError(f"{path} is a folder; attach its files one by one")
+            with p.open("rb") as fh:
+                data = fh.read(MAX_BYTES + 1)
+        except FileNotFoundError:
+            raise AttachmentError(f"{path} does not exist; nothing was sent") from None
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+            raise AttachmentError(f"{path} cannot be read ({why}); nothing was sent") from None
+    if len(data) > MAX_BYTES:
+        raise AttachmentError(
+            f"{name} is over {MAX_BYTES // 2**20} MB, more than any context holds; nothing was sent"
+        )
+    return Attachment(name, decode_text(data, name), len(data))
+
+
+def compose(text: str, attachments: list[Attachment] | tuple[Attachment, ...]) -> str:
+    """The message as the model reads it: the typed text, then each file's block."""
+    parts = [text.strip()] if text.strip() else []
+    parts += [a.block() for a in attachments]
+    return "\n\n".join(parts)
+
+
+def split_file_lines(text: str) -> tuple[str, list[str]]:
+    """`/file PATH` lines out of a typed message: (the rest of the text, the paths)."""
+    kept, paths = [], []
+    for line in text.splitlines():
+        found = _FILE_LINE.match(line.strip())
+        if found:
+            paths.append(found.group(1).strip("'\""))
+        else:
+            kept.append(line)
+    return "\n".join(kept).strip(), paths
+
+
+def fit_problem(message_tokens: int, n_ctx: int, reply_budget: int) -> str:
+    """One sentence when a message cannot fit the context even alone with room for the reply
+    ("" when it fits)."""
+    if message_tokens + reply_budget <= n_ctx:
+        return ""
+    return (
+        f"the message is {message_tokens:,} tokens and the reply needs {reply_budget:,}, but the "
+        f"context holds {n_ctx:,}; attach less, or load the model with a larger --ctx"
+    )
+
+
+def counted(engine: Engine, attachments: list[Attachment]) -> list[Attachment]:
+    """The attachments with their blocks' token counts (left None where it cannot tell)."""
+    out = []
+    for a in attachments:
+        try:
+            out.append(replace(a, tokens=len(engine.tokenize(a.block(), special=False))))
+        except EngineError:
+            out.append(a)
+    return out
+
+
+def message_tokens(engine: Engine, content: str) -> int | None:
+    """Tokens of one user message as the model reads it (its chat template included)."""
+    try:
+        n = engine.count_tokens([ChatMessage("user", content)])
+        return n if n is not None else len(engine.tokenize(content, special=False))
+    except EngineError:
+        return None
+
+
+def reply_budget(max_tokens: int, n_ctx: int) -> int:
+    """The room kept for the reply when the context is filled (as ChatSession.fitted keeps)."""
+    return min(max_tokens, n_ctx // 2)

@@ -1,0 +1,102 @@
+"""Files attached to the message being written (`/file PATH` lines), shown on the input's border:
+each one's size in tokens and whether the message fits the context with the reply's room."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from chatapp.chat.attachments import (
+    Attachment,
+    AttachmentError,
+    compose,
+    fit_problem,
+    message_tokens,
+    read_attachment,
+    reply_budget,
+    split_file_lines,
+)
+from chatapp.engine.protocol import EngineError
+
+if TYPE_CHECKING:
+    from chatapp.ui.app import ChatApp
+
+DETACH = "/detach"  # typed alone: the attachments go
+
+
+class AttachBox:
+    """The ChatApp's attachments for the next message. `take` reads the commands out of what
+    was submitted; `ready` checks the whole message before it is sent."""
+
+    def __init__(self, app: ChatApp) -> None:
+        self.app = app
+        self.files: list[Attachment] = []
+
+    def take(self, text: str) -> str | None:
+        """Attach the files of `/file PATH` lines (or drop all for /detach). Returns the text to
+        send, or None when the input held only commands (it then keeps the rest)."""
+        if text.strip() == DETACH:
+            self.files = []
+            self.app.set_status("attachments removed")
+            self.show()
+            return None
+        rest, paths = split_file_lines(text)
+        if not paths:
+            return text
+        for path in paths:
+            try:
+                self.files.append(self.counted(read_attachment(path)))
+            except AttachmentError as exc:
+                self.app.set_status(str(exc), error=True)
+        self.show()
+        self.app.query_one("#prompt").text = rest  # what was typed beside the commands stays
+        return None
+
+    def counted(self, file: Attachment) -> Attachment:
+        engine = self.app.engine
+        if engine is None:
+            return file
+        try:
+            return replace(file, tokens=len(engine.tokenize(file.block(), special=False)))
+        except EngineError:
+            return file
+
+    def context(self) -> tuple[int, int]:
+        """(n_ctx, the reply's room) of the model loaded; (0, 0) before one is."""
+        info = self.app.session.info
+        n_ctx = info.n_ctx if info is not None else 0
+        return n_ctx, reply_budget(self.app.session.settings.max_tokens, n_ctx)
+
+    def label(self) -> str:
+        """What the input's border says: each file with its tokens, then whether it fits."""
+        if not self.files:
+            return ""
+        names = " · ".join(
+            f"{f.name.rsplit('/', 1)[-1]} {f.tokens:,} tok" if f.tokens is not None else f.name
+            for f in self.files
+        )
+        n_ctx, budget = self.context()
+        known = [f.tokens for f in self.files if f.tokens is not None]
+        if not n_ctx or len(known) < len(self.files):
+            return f"📎 {names}"
+        total = sum(known)
+        verdict = "fits" if total + budget <= n_ctx else "too big"
+        return f"📎 {names} — {total:,} + {budget:,} for the reply of {n_ctx:,}: {verdict}"
+
+    def show(self) -> None:
+        self.app.query_one("#prompt").border_title = self.label()
+
+    def ready(self, text: str) -> str | None:
+        """The problem (one sentence with the numbers) when the message with its files cannot
+        fit even alone; None when it can be sent."""
+        engine, (n_ctx, budget) = self.app.engine, self.context()
+        if not self.files or engine is None or not n_ctx:
+            return None
+        tokens = message_tokens(engine, compose(text, self.files))
+        return (fit_problem(tokens, n_ctx, budget) or None) if tokens is not None else None
+
+    def sent(self) -> list[Attachment]:
+        """The files go with the message now sent; the box is empty again."""
+        files, self.files = self.files, []
+        self.show()
+        return files

@@ -1,0 +1,46 @@
+"""Pilot tests of attaching files in the TUI: `/file PATH`, the input's border, refusals."""
+
+from __future__ import annotations
+
+from helpers import SIZE, status, submit, wait_until
+from scripted_engine import ScriptedEngine
+
+from chatapp.ui.app import ChatApp
+
+
+async def test_file_lines_attach_show_tokens_and_go_with_the_message(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the tide is full tonight\n")
+    code = tmp_path / "add.py"
+    code.write_text("def add(a, b): return a - b\n")
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(b"\x00\x01binary")
+    big = tmp_path / "big.txt"
+    big.write_text(" ".join(["word"] * 3000))
+    engine = ScriptedEngine()
+    app = ChatApp(lambda: engine)
+    async with app.run_test(size=SIZE) as pilot:
+        prompt = app.query_one("#prompt")
+        await submit(pilot, app, f"/file {notes}\nReview these\n/file {code}")
+        await pilot.pause()
+        assert engine.requests == [] and prompt.text == "Review these"  # nothing sent yet
+        title = str(prompt.border_title)
+        assert "notes.txt 8 tok · add.py 10 tok" in title and title.endswith(": fits"), title
+        await submit(pilot, app, f"/file {blob}")
+        assert "blob.bin is a binary file" in status(app) and len(app.attached.files) == 2
+        prompt.text = "Review these"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        sent = engine.requests[-1].messages[-1].content
+        assert sent.startswith("Review these\n\n" + f"{notes}\n```\nthe tide")
+        assert f"{code}\n```python\ndef add" in sent
+        assert not prompt.border_title and app.attached.files == []
+        assert app.chat.items()[0].text == sent  # the chat shows what the model read
+        await submit(pilot, app, f"/file {big}")
+        assert "too big" in str(prompt.border_title)
+        await submit(pilot, app, "Summarize it")
+        await pilot.pause()
+        assert "but the context holds 2,048" in status(app)  # one sentence with the numbers
+        assert prompt.text == "Summarize it" and len(engine.requests) == 1  # nothing lost
+        await submit(pilot, app, "/detach")
+        assert app.attached.files == [] and not prompt.border_title

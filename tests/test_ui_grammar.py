@@ -1,0 +1,45 @@
+"""Pilot tests of structured output in the TUI: the picker, the status line, the grammar's cut."""
+
+from __future__ import annotations
+
+import json
+
+from helpers import SIZE, send, status, wait_until
+from scripted_engine import ScriptedEngine
+
+from chatapp.ui.app import ChatApp
+from chatapp.ui.screens.grammar import GrammarScreen
+
+
+async def test_a_schema_for_the_conversation_reaches_every_request_and_shows(tmp_path):
+    schema = tmp_path / "person.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"a": {"enum": [1, 2]}}}))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"type": "number", "minimum": 2}')
+    engine = ScriptedEngine()
+    app = ChatApp(lambda: engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("alt+g")
+        await wait_until(pilot, lambda: isinstance(app.screen, GrammarScreen))
+        box = app.screen.query_one("#grammar-path")
+        box.value = str(bad)
+        await pilot.press("enter")
+        await pilot.pause()
+        error = str(app.screen.query_one("#grammar-error").render())
+        assert "bad.json" in error and "minimum" in error  # one sentence; the dialog stays
+        box.value = str(schema)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: not isinstance(app.screen, GrammarScreen))
+        assert app.session.grammar is not None and "root ::=" in app.session.grammar.gbnf
+        assert status(app).startswith("⊘ schema person.json")
+        await send(pilot, app, "Who?")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        assert engine.requests[-1].grammar == app.session.grammar
+        assert "⊘ schema person.json" in status(app)  # still there after the reply
+        drawn = str(app.probs.render())
+        assert "⊘ cut by the grammar" in drawn and drawn.count("⊘") == 2
+        await pilot.press("alt+g")
+        await wait_until(pilot, lambda: isinstance(app.screen, GrammarScreen))
+        await pilot.click("#clear")
+        await wait_until(pilot, lambda: not isinstance(app.screen, GrammarScreen))
+        assert app.session.grammar is None and "⊘" not in status(app)
