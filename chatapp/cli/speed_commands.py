@@ -37,6 +37,13 @@ def _refuse_depth_with(mode: str | None, **options: object) -> None:
         )
 
 
+def _size(text: str) -> tuple[int, int]:
+    cols, _, rows = text.lower().partition("x")
+    if not (cols.isdigit() and rows.isdigit()) or int(cols) < 40 or int(rows) < 12:
+        raise UsageError(f"--size takes COLUMNSxROWS, at least 40x12, e.g. 80x24 (got {text!r})")
+    return int(cols), int(rows)
+
+
 @app.command()
 def bench(
     model: ModelOpt = None,
@@ -73,6 +80,9 @@ def bench(
             "--terminal", help="the real TUI under tmux vs `chatapp ask`, same greedy reply"
         ),
     ] = False,
+    size: Annotated[
+        str, typer.Option("--size", help="with --terminal: the terminal's COLUMNSxROWS")
+    ] = "160x45",
     flash_attn: FlashOpt = None,
     repack: RepackOpt = None,
     draft: DraftOpt = None,
@@ -135,7 +145,7 @@ def bench(
     if terminal:
         from chatapp.ui.terminal_bench import print_terminal_bench
 
-        raise typer.Exit(print_terminal_bench(options, tokens, reps, as_json))
+        raise typer.Exit(print_terminal_bench(options, tokens, reps, as_json, _size(size)))
     if ui:
         from chatapp.ui.bench import run_ui_bench
 

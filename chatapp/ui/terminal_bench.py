@@ -36,11 +36,18 @@ class TerminalBench:
     """`chatapp chat` in a detached tmux session on a private socket, plus `chatapp ask` runs
     that read the same config (greedy, fixed length), in the same directories."""
 
-    def __init__(self, options: LoadOptions, tokens: int, tui_env: dict | None = None) -> None:
+    def __init__(
+        self,
+        options: LoadOptions,
+        tokens: int,
+        tui_env: dict | None = None,
+        size: tuple[int, int] = SIZE,
+    ) -> None:
         if shutil.which("tmux") is None:
             raise RuntimeError("tmux is not installed; the terminal benchmark needs it")
         self.options = options
         self.tokens = tokens
+        self.size = size
         self.root = Path(tempfile.mkdtemp(prefix="chatapp-tbench-"))
         self.socket = f"chatapp-bench-{uuid.uuid4().hex[:8]}"
         self.env = {
@@ -88,7 +95,7 @@ class TerminalBench:
             x for k, v in {**self.env, "TERM": "xterm-256color"}.items() for x in ("-e", f"{k}={v}")
         ]
         cmd = " ".join([*self.cli, "chat", self.options.model_path, "--no-autotune"])
-        self.tmux("new-session", "-d", "-s", "b", "-x", str(SIZE[0]), "-y", str(SIZE[1]),
+        self.tmux("new-session", "-d", "-s", "b", "-x", str(self.size[0]), "-y", str(self.size[1]),
                   *flags, cmd)  # fmt: skip
         self.wait_for("ready:", timeout=120)
         self.ui_pid = int(self.tmux("display-message", "-p", "-t", "b", "#{pane_pid}").strip())
@@ -177,8 +184,10 @@ def _toml(value: bool) -> str:
     return "true" if value else "false"
 
 
-def run_terminal_bench(options: LoadOptions, tokens: int, reps: int) -> dict:
-    bench = TerminalBench(options, tokens)
+def run_terminal_bench(
+    options: LoadOptions, tokens: int, reps: int, size: tuple[int, int] = SIZE
+) -> dict:
+    bench = TerminalBench(options, tokens, size=size)
     try:
         bench.open()
         pairs = bench.run(reps, progress=lambda t: print(t, file=sys.stderr))
@@ -187,6 +196,7 @@ def run_terminal_bench(options: LoadOptions, tokens: int, reps: int) -> dict:
     return {
         "tokens": tokens,
         "reps": reps,
+        "size": f"{size[0]}x{size[1]}",
         "tui_over_ask_decode": median([p.tui_decode_tps / p.ask_decode_tps for p in pairs]),
         "tui_decode_tps": median([p.tui_decode_tps for p in pairs]),
         "ask_decode_tps": median([p.ask_decode_tps for p in pairs]),
@@ -197,8 +207,10 @@ def run_terminal_bench(options: LoadOptions, tokens: int, reps: int) -> dict:
     }
 
 
-def print_terminal_bench(options: LoadOptions, tokens: int, reps: int, as_json: bool) -> int:
-    report = run_terminal_bench(options, tokens, reps)
+def print_terminal_bench(
+    options: LoadOptions, tokens: int, reps: int, as_json: bool, size: tuple[int, int] = SIZE
+) -> int:
+    report = run_terminal_bench(options, tokens, reps, size)
     if as_json:
         print(json.dumps(report, indent=2))
     else:
@@ -208,7 +220,10 @@ def print_terminal_bench(options: LoadOptions, tokens: int, reps: int, as_json: 
 
 def print_terminal_report(report: dict) -> None:
     tokens, reps = report["tokens"], report["reps"]
-    print(f"TUI under tmux vs chatapp ask: {tokens} greedy tokens, median of {reps} pairs")
+    print(
+        f"TUI under tmux at {report['size']} vs chatapp ask: {tokens} greedy tokens, "
+        f"median of {reps} pairs"
+    )
     print(f"  TUI decode / ask decode   {report['tui_over_ask_decode']:.3f}x (goal >= 0.95)")
     print(f"  TUI {report['tui_decode_tps']:.1f} t/s, ask {report['ask_decode_tps']:.1f} t/s")
     print(f"  UI process CPU while streaming: {report['ui_cpu_share']:.0%} of a core")
