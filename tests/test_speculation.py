@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chatapp.engine.local.drafts import DraftLength, NgramDrafter
+from chatapp.engine.local.drafts import DraftPolicy, NgramDrafter
 from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.local.speculation import speculative_probs
 from chatapp.engine.protocol import (
@@ -61,16 +61,31 @@ def test_ngram_index_follows_the_text_incrementally():
     assert d.propose([5, 6, 7, 8, 5, 6], 2) == [7, 8]
 
 
-def test_draft_length_grows_on_full_acceptance_and_falls_after_a_miss():
-    n = DraftLength(start=8, low=2, high=16)
-    n.update(8, 8)
-    assert n.value == 16
-    n.update(16, 16)
-    assert n.value == 16
-    n.update(16, 3)
-    assert n.value == 4
-    n.update(4, 0)
-    assert n.value == 2
+def test_the_policy_drafts_only_what_pays_for_its_batch():
+    # costs as measured on the 2-core EPYC with the bundled model: rows -> seconds
+    costs = {1: 0.00693, 2: 0.01281, 4: 0.01888, 8: 0.02894, 16: 0.04910, 17: 0.0515}
+    p = DraftPolicy(dict(costs))
+    p.hits, p.trials = 0.63, 1.0  # free-form text: no length beats one token at a time
+    assert p.length(16) == 0
+    p.hits, p.trials = 0.97, 1.0  # a rewrite: long drafts
+    assert p.length(16) >= 10
+    p.hits, p.trials = 0.9, 1.0  # in between: a middle length
+    assert 3 <= p.length(16) <= 8
+    assert p.length(2) <= 2  # never past the room left
+    # with no costs measured yet, a prior; interpolation between measured row counts
+    assert DraftPolicy().cost(3) == 1.9 and p.cost(3) == pytest.approx(
+        (0.01281 + 0.01888) / 2 / 0.00693
+    )
+
+
+def test_acceptance_follows_the_reply_and_forgets_slowly():
+    p = DraftPolicy()
+    start = p.accept
+    p.observe(0, 5)
+    assert p.accept < start
+    low = p.accept
+    p.observe(8, 8)
+    assert p.accept > low
 
 
 # ---- the acceptance rule on fixed logits ----------------------------------------------------

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
-from chatapp.engine.local.drafts import DraftLength
+from chatapp.engine.local.drafts import DraftPolicy
 
 if TYPE_CHECKING:
     from chatapp.engine.local.loaded_model import LoadedModel
@@ -33,7 +34,10 @@ class Speculation:
         self.drafter = drafter
         self.drafts: list[int] = []  # the drafts decoded in the current batch
         self.row = -1  # logits row the next token is sampled from (-1: the last decode's one)
-        self.length = DraftLength()
+        if not hasattr(worker, "batch_costs"):
+            worker.batch_costs = {}  # rows -> seconds: what batches cost this model here
+        self.policy = DraftPolicy(worker.batch_costs)
+        self.shadow: list[int] = []  # a lookup not drafted: compared with what comes
         self.proposed = 0  # draft tokens the model checked
         self.accepted = 0
         self.batches = 0
@@ -65,15 +69,29 @@ class Speculation:
         code."""
         w = self.w
         self._close_batch()
-        drafts: list[int] = []
-        if self.drafter is not None:
-            room = min(w.n_ctx - len(w.kv_tokens) - 1, left - 1, self.length.value)
-            if room > 0:
-                drafts = self.drafter.propose(w.kv_tokens + [tok], room)[:room]
-        if not drafts:
+        if self.drafter is None:  # one token at a time: nothing to weigh
             return w.decode_one(tok)
-        code = w.decode([tok, *drafts], logits_all=True)
-        if code == 0:
+        if self.shadow:  # the lookup not drafted last time, against the token that came
+            hit = self.shadow[0] == tok
+            self.policy.observe(int(hit), 1)
+            self.shadow = self.shadow[1:] if hit else []
+        drafts: list[int] = []
+        room = min(w.n_ctx - len(w.kv_tokens) - 1, left - 1)
+        k = self.policy.length(room) if room > 0 else 0
+        if k > 0:
+            self.shadow = []
+            t0 = time.perf_counter()
+            drafts = self.drafter.propose(w.kv_tokens + [tok], k)[:k]
+            self.policy.proposed(len(drafts), time.perf_counter() - t0)
+        elif room > 0 and self.drafter.name == "ngram" and not self.shadow:
+            self.shadow = self.drafter.propose(w.kv_tokens + [tok], 4)  # a lookup costs ~µs
+        t0 = time.perf_counter()
+        code = w.decode([tok, *drafts], logits_all=True) if drafts else w.decode_one(tok)
+        if code != 0:
+            return code
+        w.lib.llama_synchronize(w.ctx)
+        self.policy.timed(1 + len(drafts), time.perf_counter() - t0)
+        if drafts:
             self.drafts, self.row = drafts, 0
             self.batches += 1
         return code
@@ -86,8 +104,9 @@ class Speculation:
         if not self.drafts:
             return
         accepted = self.row
-        self.proposed += min(len(self.drafts), accepted + 1)  # the ones compared
-        self.length.update(len(self.drafts), accepted)
+        compared = min(len(self.drafts), accepted + 1)
+        self.proposed += compared
+        self.policy.observe(accepted, compared)
         self.w.drop_last(self.unverified)
         self.drafts, self.row = [], -1
 
