@@ -73,9 +73,8 @@ def test_the_policy_drafts_only_what_pays_for_its_batch():
     assert 3 <= p.length(16) <= 8
     assert p.length(2) <= 2  # never past the room left
     # with no costs measured yet, a prior; interpolation between measured row counts
-    assert DraftPolicy().cost(3) == 1.9 and p.cost(3) == pytest.approx(
-        (0.01281 + 0.01888) / 2 / 0.00693
-    )
+    assert DraftPolicy().cost(2) == pytest.approx(1.85)
+    assert p.cost(3) == pytest.approx(1.85 * DraftPolicy().cost(3) / DraftPolicy().cost(2), 0.01)
 
 
 def test_acceptance_follows_the_reply_and_forgets_slowly():

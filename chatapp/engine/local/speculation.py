@@ -7,6 +7,9 @@ from typing import TYPE_CHECKING
 
 from chatapp.engine.local.drafts import DraftPolicy
 
+PROBE_EVERY = 32  # tokens a draft model goes without drafting before it tries again
+PROBE_LENGTH = 4
+
 if TYPE_CHECKING:
     from chatapp.engine.local.loaded_model import LoadedModel
 
@@ -38,6 +41,7 @@ class Speculation:
             worker.batch_costs = {}  # rows -> seconds: what batches cost this model here
         self.policy = DraftPolicy(worker.batch_costs)
         self.shadow: list[int] = []  # a lookup not drafted: compared with what comes
+        self.since_draft = PROBE_EVERY  # a draft model probes at once, then when idle this long
         self.proposed = 0  # draft tokens the model checked
         self.accepted = 0
         self.batches = 0
@@ -78,7 +82,11 @@ class Speculation:
         drafts: list[int] = []
         room = min(w.n_ctx - len(w.kv_tokens) - 1, left - 1)
         k = self.policy.length(room) if room > 0 else 0
+        self.since_draft += 1
+        if k == 0 and self.drafter.name != "ngram" and self.since_draft > PROBE_EVERY:
+            k = min(PROBE_LENGTH, room)  # a draft model is only judged by drafting: probe
         if k > 0:
+            self.since_draft = 0
             self.shadow = []
             t0 = time.perf_counter()
             drafts = self.drafter.propose(w.kv_tokens + [tok], k)[:k]
