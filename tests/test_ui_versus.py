@@ -133,3 +133,21 @@ def test_side_by_side_snapshot(snap_compare):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+async def test_side_by_side_takes_configs_theme_keys_and_problems():
+    from chatapp.config import Config
+
+    config = Config(theme="chatapp-light", keymap={"vs.stop": "ctrl+s"})
+    app = VersusApp(
+        (ScriptedEngine, ScriptedEngine),
+        ("a.gguf", "b.gguf"),
+        config=config,
+        notes=["config.toml: n_ctx must be a whole number"],
+    )  # it used to hard-code the dark theme and drop config's keys and problems
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.theme == "chatapp-light"
+        assert app._keymap.get("vs.stop") == "ctrl+s"
+        shown = [n.message for n in app._notifications]
+        assert "config.toml: n_ctx must be a whole number" in shown
