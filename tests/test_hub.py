@@ -412,3 +412,20 @@ def test_ctrl_c_stops_a_pull_cleanly(hub):
     assert proc.returncode == 130
     assert "stopped; what was downloaded stays: run the same command to resume" in err
     assert "Traceback" not in err and _partial_size(REPO) >= MB
+
+
+def test_no_network_fails_at_once_for_a_search_too(monkeypatch):
+    from chatapp.models.hub.search import search
+
+    import huggingface_hub
+
+    def never(*_a, **_kw):  # its retries with backoff take ~20 s before the same answer
+        raise AssertionError("huggingface_hub was asked although the Hub does not answer")
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_models", never)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", never)
+    with pytest.raises(HubError, match="cannot be reached for the search for 'qwen'"):
+        search("qwen")
+    with pytest.raises(HubError, match="cannot be reached"):
+        list_repo(REPO)

@@ -30,6 +30,20 @@ def token() -> str | None:
     return os.environ.get("HF_TOKEN") or get_token()
 
 
+def check_reachable(what: str, timeout: float = 5.0) -> None:
+    """Fail at once, in one sentence, when the Hub's host does not answer: huggingface_hub
+    retries a refused connection with backoff for ~20 s before it gives up."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(endpoint())
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=timeout).close()
+    except OSError as exc:
+        raise unreachable(what) from exc
+
+
 def api():
     """An HfApi on endpoint() with token()."""
     from huggingface_hub import HfApi

@@ -73,8 +73,9 @@ def group_parts(parts: list[Part]) -> list[RepoFile]:
 
 def list_repo(repo: str, revision: str | None = None) -> Listing:
     """The repo's GGUF files from the Hub (one request). Raises HubError."""
-    from chatapp.models.hub.client import api, hub_errors
+    from chatapp.models.hub.client import api, check_reachable, hub_errors
 
+    check_reachable(repo)
     with hub_errors(repo):
         info = api().model_info(repo, revision=revision, files_metadata=True)
     parts = []

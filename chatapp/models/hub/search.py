@@ -18,10 +18,17 @@ class Found:
 
 def search(text: str, limit: int = 20) -> list[Found]:
     """GGUF model repos whose name matches `text` (one request). Raises HubError."""
-    from chatapp.models.hub.client import api, hub_errors, offline, offline_error
+    from chatapp.models.hub.client import (
+        api,
+        check_reachable,
+        hub_errors,
+        offline,
+        offline_error,
+    )
 
     if offline():
         raise offline_error(f"a search for {text!r}")
+    check_reachable(f"the search for {text!r}")
     with hub_errors(f"the search for {text!r}"):
         models = list(api().list_models(search=text, filter="gguf", sort="downloads", limit=limit))
     return [
