@@ -415,9 +415,9 @@ def test_ctrl_c_stops_a_pull_cleanly(hub):
 
 
 def test_no_network_fails_at_once_for_a_search_too(monkeypatch):
-    from chatapp.models.hub.search import search
-
     import huggingface_hub
+
+    from chatapp.models.hub.search import search
 
     def never(*_a, **_kw):  # its retries with backoff take ~20 s before the same answer
         raise AssertionError("huggingface_hub was asked although the Hub does not answer")
