@@ -8,6 +8,7 @@ Only some: python screenshots/make_screenshots.py pick versus
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from chatapp.sampling import SamplerSettings
 from chatapp.ui.app import ChatApp
 from chatapp.ui.widgets.tokens import TokenStrip
 
+os.environ.setdefault("CHATAPP_AUTOTUNE", "0")  # no tune on first use in the pictures
 OUT = Path(__file__).resolve().parent
 SIZE = (132, 42)
 PROMPT = "Explain in three short paragraphs why the sky is blue. Include a tiny Python example."
@@ -212,7 +214,7 @@ async def inside_shot() -> None:
         settings=SamplerSettings(temperature=0.0, max_tokens=24),
         model_label="SmolLM2-135M-Instruct.Q4_1.gguf",
     )
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=(170, 50)) as pilot:
         await ask(pilot, app, "What is the capital of France? Answer in one sentence.")
         tokens = app.last_reply.tokens
         step = next(i for i, t in enumerate(tokens) if b"Paris" in t.piece)
@@ -221,6 +223,8 @@ async def inside_shot() -> None:
         panel = app.query_one(InsidePanel)
         await wait_until(pilot, lambda: panel.inspection is not None)
         panel.focus()
+        await pilot.pause(0.2)
+        panel.scroll_to(y=12, animate=False)  # the last layers, where ' Paris' forms
         app.clear_notifications()
         await pilot.pause(0.3)
         app.save_screenshot(str(OUT / "inside.svg"))
