@@ -41,7 +41,9 @@ def inside(
     think: ThinkOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """What each layer would predict for the token after PROMPT (the logit lens), what the last
+    """Inside the model: each layer's prediction, attention, and embedding neighbours.
+
+    For the token after PROMPT: what each layer would predict (the logit lens), what the last
     token attended to, and the nearest tokens to the answer in the embedding space."""
     from chatapp.commands import inside as cmd
 

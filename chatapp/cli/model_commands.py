@@ -66,8 +66,10 @@ def models(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List GGUF files: bundled, the cache, config's model_dirs, the given folders, and other
-    tools' models (the Hugging Face cache, Ollama, LM Studio, llama.cpp's cache)."""
+    """List GGUF files here, other tools' models included, with the name -m takes.
+
+    Bundled, chatapp's cache, config's model_dirs, the given folders, the Hugging Face cache,
+    Ollama, LM Studio and llama.cpp's cache."""
     from chatapp.commands.models import models_cmd
 
     config = read_config()
