@@ -28,6 +28,7 @@ from chatapp.sampling import SamplerSettings
 from chatapp.ui.attach_box import AttachBox
 from chatapp.ui.branch_view import BranchView
 from chatapp.ui.conversation_actions import ConversationActions
+from chatapp.ui.copy_actions import CopyActions
 from chatapp.ui.model_host import ModelHost
 from chatapp.ui.panel_feed import PanelFeed
 from chatapp.ui.prompt_input import PromptInput
@@ -45,7 +46,7 @@ from chatapp.ui.widgets.tokens import TokenStrip
 STOP_GRACE_S = 3.0  # after Esc, a worker that has not stopped by then is killed
 
 
-class ChatApp(ReplyEvents, ConversationActions, ModelHost):
+class ChatApp(ReplyEvents, ConversationActions, CopyActions, ModelHost):
     """Chat with a local model and watch tokens, speed and probabilities live. The
     conversation lives in a ChatSession; this class maps its results and the engine's events
     to widgets, and keys to its calls."""

@@ -92,6 +92,25 @@ class ChatShell(App):
             priority=True,
         ),
         Binding(
+            "alt+c", "copy_reply", "Copy the reply", show=False, id="chat.copy_reply", priority=True
+        ),
+        Binding(
+            "alt+k",
+            "copy_code",
+            "Copy a code block (again: the next)",
+            show=False,
+            id="chat.copy_code",
+            priority=True,
+        ),
+        Binding(
+            "alt+a",
+            "copy_conversation",
+            "Copy the conversation (Markdown)",
+            show=False,
+            id="chat.copy_conversation",
+            priority=True,
+        ),
+        Binding(
             "alt+g",
             "pick_grammar",
             "JSON schema / grammar",
