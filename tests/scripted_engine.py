@@ -39,7 +39,9 @@ class ScriptedEngine:
         pinned_stats: GenerationStats | None = None,
         pinned_gaps: tuple[float, ...] = (),
         paint_gate: threading.Event | None = None,
+        n_ctx: int = 2048,
     ) -> None:
+        self.n_ctx = n_ctx
         self.pinned_stats = pinned_stats
         # Token times on a made-up clock, for pictures that must not change: token n comes
         # pinned_gaps[n % len] seconds after the one before (the real clock when empty).
@@ -64,7 +66,7 @@ class ScriptedEngine:
         self.info = ModelInfo(
             path="/models/scripted.gguf",
             n_vocab=1000,
-            n_ctx=2048,
+            n_ctx=self.n_ctx,
             n_ctx_train=2048,
             load_s=0.01,
             gpu_offload_supported=False,

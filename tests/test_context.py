@@ -6,8 +6,10 @@ import math
 
 import pytest
 
-from chatapp.chat.context import fit_messages, turns
+from chatapp.chat.context import fit_messages, left_out_note, turns
+from chatapp.chat.session import ChatSession
 from chatapp.engine.protocol import ChatMessage
+from chatapp.sampling import SamplerSettings
 
 pytestmark = pytest.mark.usefixtures("fresh_dirs")
 
@@ -97,3 +99,56 @@ def test_a_counter_that_cannot_tell_leaves_nothing_out() -> None:
     many = [ChatMessage("user" if i % 2 == 0 else "assistant", "x" * 500) for i in range(8)]
     assert fit_messages(many, cannot_tell, n_ctx=100, reply_budget=10) == (many, 0)
     assert calls == [8]  # asked once, for the whole conversation
+
+
+def test_the_left_out_note_counts_messages_and_the_context() -> None:
+    assert left_out_note(0, 2048) == ""
+    assert (
+        left_out_note(1, 2048)
+        == "the model no longer sees the first message (context 2,048 tokens)"
+    )
+    assert (
+        left_out_note(4, 512)
+        == "the model no longer sees the first 4 messages (context 512 tokens)"
+    )
+
+
+def _real_session(engine, system_prompt: str = "") -> ChatSession:
+    session = ChatSession(settings=SamplerSettings(max_tokens=256), system_prompt=system_prompt)
+    session.attach(engine, engine.info)
+    return session
+
+
+def test_a_message_too_long_alone_is_one_sentence_with_real_counts(engine) -> None:
+    session = _real_session(engine, "You are terse.")
+    assert session.too_long("What is two plus two?") == ""
+    text = "the tide is full tonight " * 500
+    tokens = engine.count_tokens(
+        [ChatMessage("system", "You are terse."), ChatMessage("user", text)]
+    )
+    assert tokens > 2048 - 256
+    assert session.too_long(text) == (
+        f"the message with the system prompt is {tokens:,} tokens and the reply needs 256, but "
+        "the context holds 2,048; shorten it, or load the model with a larger --ctx"
+    )
+    assert session.conversation == [], "nothing was added"
+
+
+def test_a_long_conversation_says_once_which_messages_are_left_out(engine) -> None:
+    session = _real_session(engine)
+    turn = "tell me about the weather in the mountains " * 20
+    session.conversation = [ChatMessage(r, turn) for _ in range(8) for r in ("user", "assistant")]
+    session.add_user("And by the sea?")
+    first = session.prepare()
+    assert first.dropped > 0 and first.dropped % 2 == 0
+    assert first.note == left_out_note(first.dropped, 2048)
+    tokens = engine.count_tokens(list(first.request.messages))
+    assert tokens <= 2048 - 256, "what is left fits with room for the reply"
+    session.draft = None
+    again = session.prepare()
+    assert again.dropped == first.dropped and again.note == "", "said once"
+    session.draft = None
+    session.new_chat()
+    session.add_user("Hello")
+    fresh = session.prepare()
+    assert fresh.dropped == 0 and fresh.note == ""

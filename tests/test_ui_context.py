@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from helpers import SIZE, send, wait_until
+from helpers import SIZE, send, status, submit, wait_until
+from scripted_engine import ScriptedEngine
 
 from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import ChatMessage, Finished, LoadOptions
@@ -36,3 +37,35 @@ async def test_oldest_turns_are_left_out_and_marked(model_path):
         items = app.chat.items()
         assert "left-out" in items[0].classes and "left-out" not in items[-2].classes
         assert len(app.conversation) == 14, "the conversation itself keeps everything"
+
+
+async def test_too_long_stays_in_the_input_and_left_out_messages_are_dimmed():
+    engine = ScriptedEngine(delay=0, n_ctx=256)  # counts a word a token, 4 more a message
+    app = ChatApp(lambda: engine, settings=SamplerSettings(max_tokens=16))
+    async with app.run_test(size=SIZE) as pilot:
+        prompt = app.query_one("#prompt")
+        long = "word " * 300
+        await submit(pilot, app, long)
+        await pilot.pause()
+        assert status(app) == (
+            "the message is 304 tokens and the reply needs 16, but the context holds 256; "
+            "shorten it, or load the model with a larger --ctx"
+        )
+        assert prompt.text == long and engine.requests == [] and app.conversation == []
+        ask = "tell me about the weather " * 10  # 54 tokens a message
+        for _ in range(4):
+            app.conversation += [ChatMessage("user", ask), ChatMessage("assistant", ask)]
+            await app.chat.add_items([MessageView("user", ask), MessageView("assistant", ask)])
+        await send(pilot, app, "And by the sea?")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        sent = engine.requests[-1].messages
+        assert len(sent) == 5 and sent[-1].content == "And by the sea?"  # 4 left out
+        note = "the model no longer sees the first 4 messages (context 256 tokens)"
+        assert status(app).endswith(" · " + note), status(app)
+        dimmed = ["left-out" in it.classes for it in app.chat.items()]
+        assert dimmed == [True] * 4 + [False] * 6
+        await send(pilot, app, "And the hills?")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply.id == 2)
+        assert note not in status(app) and "6 messages" in status(app)
+        dimmed = ["left-out" in it.classes for it in app.chat.items()]
+        assert dimmed == [True] * 6 + [False] * 6

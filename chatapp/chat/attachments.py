@@ -107,14 +107,23 @@ def split_file_lines(text: str) -> tuple[str, list[str]]:
     return "\n".join(kept).strip(), paths
 
 
-def fit_problem(message_tokens: int, n_ctx: int, reply_budget: int) -> str:
+def fit_problem(
+    message_tokens: int,
+    n_ctx: int,
+    reply_budget: int,
+    files: bool = True,
+    system: bool = False,
+) -> str:
     """One sentence when a message cannot fit the context even alone with room for the reply
-    ("" when it fits)."""
+    ("" when it fits). `files`: it has attached files (the remedy is to attach less);
+    `system`: the count includes the system prompt (always sent with it)."""
     if message_tokens + reply_budget <= n_ctx:
         return ""
+    what = "the message with the system prompt" if system else "the message"
+    remedy = "attach less" if files else "shorten it"
     return (
-        f"the message is {message_tokens:,} tokens and the reply needs {reply_budget:,}, but the "
-        f"context holds {n_ctx:,}; attach less, or load the model with a larger --ctx"
+        f"{what} is {message_tokens:,} tokens and the reply needs {reply_budget:,}, but the "
+        f"context holds {n_ctx:,}; {remedy}, or load the model with a larger --ctx"
     )
 
 

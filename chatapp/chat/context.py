@@ -66,3 +66,11 @@ def fit_messages(
             lo = mid + 1
     kept = without_oldest(lo)
     return kept, len(messages) - len(kept)
+
+
+def left_out_note(dropped: int, n_ctx: int) -> str:
+    """What the screen says when the oldest `dropped` messages no longer fit ("" for none)."""
+    if dropped <= 0:
+        return ""
+    which = "message" if dropped == 1 else f"{dropped:,} messages"
+    return f"the model no longer sees the first {which} (context {n_ctx:,} tokens)"

@@ -7,9 +7,9 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from chatapp.chat.attachments import Attachment, compose, reply_budget
+from chatapp.chat.attachments import Attachment, compose, fit_problem, reply_budget
 from chatapp.chat.branches import Tree, Turn
-from chatapp.chat.context import fit_messages
+from chatapp.chat.context import fit_messages, left_out_note
 from chatapp.chat.recorder import ChatHistory
 from chatapp.chat.thinking import Split, ThinkingSplitter, opens_thinking, split_reply
 from chatapp.engine.protocol import (
@@ -30,6 +30,8 @@ from chatapp.engine.protocol import (
 from chatapp.errors import ChatappError
 from chatapp.history.records import Conversation, Message, StoreError
 from chatapp.sampling import SamplerSettings
+
+FRAMING_TOKENS = 64  # room for a chat template's own tokens around two messages
 
 
 class PickError(ChatappError):
@@ -74,10 +76,12 @@ class ReplyDraft:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A request ready to send, and how many of the oldest messages it leaves out."""
+    """A request ready to send, and how many of the oldest messages it leaves out; `note`
+    says so in one line when that number changed since the last request ("" otherwise)."""
 
     request: GenerateRequest
     dropped: int
+    note: str = ""
 
 
 class ChatSession:
@@ -117,6 +121,7 @@ class ChatSession:
         self.tree = Tree()
         self.draft: ReplyDraft | None = None
         self.last_split: Split | None = None  # the last finished reply: reasoning and answer
+        self.left_out = 0  # the oldest messages the last request left out to fit the context
 
     # ---- the engine ---------------------------------------------------------------------
 
@@ -189,6 +194,29 @@ class ChatSession:
         except EngineError:
             return messages, 0
 
+    def too_long(self, text: str, attachments: Sequence[Attachment] = ()) -> str:
+        """One sentence with the numbers when a message (with its files, and the system prompt
+        that always goes with it) cannot fit the context even alone with room for the reply;
+        "" when it can, or when that cannot be told (no model, no token count)."""
+        n_ctx = self.info.n_ctx if self.info else 0
+        if self.engine is None or not n_ctx:
+            return ""
+        budget = reply_budget(self.settings.max_tokens, n_ctx)
+        content = compose(text, attachments) if attachments else text
+        head = [ChatMessage("system", self.system_prompt)] if self.system_prompt else []
+        # Every token is at least one character: a short message surely fits (with room for
+        # the template's framing).
+        if len(content) + len(self.system_prompt) + FRAMING_TOKENS <= n_ctx - budget:
+            return ""
+        try:
+            tokens = self.engine.count_tokens(head + [ChatMessage("user", content)])
+            if tokens is None:
+                both = f"{self.system_prompt}\n{content}" if head else content
+                tokens = len(self.engine.tokenize(both, special=False))
+        except EngineError:
+            return ""
+        return fit_problem(tokens, n_ctx, budget, files=bool(attachments), system=bool(head))
+
     def add_user(self, text: str, attachments: Sequence[Attachment] = ()) -> None:
         """A user turn: the text, then each attached file as a fenced block headed by its name
         (the history also keeps the files apart)."""
@@ -218,7 +246,9 @@ class ChatSession:
         )
         self.alternatives = 1  # (once: the next reply is one again)
         self._alt_tokens = {}
-        return Prepared(request, dropped)
+        changed, self.left_out = dropped != self.left_out, dropped
+        note = left_out_note(dropped, self.info.n_ctx if self.info else 0) if changed else ""
+        return Prepared(request, dropped, note)
 
     def prompt_evaluated(self, event: PromptEvaluated) -> None:
         """The engine rendered and read the prompt; if it opened the model's reasoning, the
@@ -406,6 +436,7 @@ class ChatSession:
 
     def new_chat(self) -> None:
         self.tree = Tree()
+        self.left_out = 0
         self.history.new_conversation()
 
     def set_system_prompt(self, text: str) -> None:
@@ -422,6 +453,7 @@ class ChatSession:
         records = store.all_messages(conversation_id)
         shown = {m.id: ChatMessage(m.role, m.text) for m in records if m.role != "system"}
         self.tree = Tree.from_records(records, shown)
+        self.left_out = 0
         self.system_prompt = conv.system_prompt
         if conv.sampler is not None:
             self.settings = conv.sampler

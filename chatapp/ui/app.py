@@ -207,10 +207,11 @@ class ChatApp(ReplyEvents, ConversationActions, CopyActions, ModelHost):
         split = self.session.draft.split
         reply.shown_thinking, reply.shown_answer = len(split.thinking), len(split.answer)
         self._show_left_out(item, prepared.dropped)
+        reply.note = prepared.note  # said once: the status line while it streams and when done
         self.panels.settings = self.settings
         self.panels.start(reply)
         self.pacer.start()
-        self.set_status("generating… (Esc stops)")
+        self.set_status("generating… (Esc stops)" + (f" · {reply.note}" if reply.note else ""))
         self._stream(prepared.request, reply.id)
 
     def _show_left_out(self, reply_item: MessageView, dropped: int) -> None:
@@ -218,14 +219,7 @@ class ChatApp(ReplyEvents, ConversationActions, CopyActions, ModelHost):
         items = [it for it in self.chat.items() if it is not reply_item]
         offset = len(self.conversation) - len(items)
         for i, it in enumerate(items):
-            it.set_class(dropped > 0 and i + offset < dropped, "left-out")
-        if dropped:
-            n_ctx = self.info.n_ctx if self.info else 0
-            self.notify(
-                f"{dropped} oldest messages are left out of the prompt to fit the "
-                f"context ({n_ctx} tokens); they stay in the history.",
-                timeout=6,
-            )
+            it.set_class(i + offset < dropped, "left-out")
 
     @work(thread=True, exclusive=True, group="generate", exit_on_error=False)
     def _stream(self, request: GenerateRequest, reply_id: int) -> None:

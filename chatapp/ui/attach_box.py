@@ -9,9 +9,6 @@ from typing import TYPE_CHECKING
 from chatapp.chat.attachments import (
     Attachment,
     AttachmentError,
-    compose,
-    fit_problem,
-    message_tokens,
     read_attachment,
     reply_budget,
     split_file_lines,
@@ -89,11 +86,7 @@ class AttachBox:
     def ready(self, text: str) -> str | None:
         """The problem (one sentence with the numbers) when the message with its files cannot
         fit even alone; None when it can be sent."""
-        engine, (n_ctx, budget) = self.app.engine, self.context()
-        if not self.files or engine is None or not n_ctx:
-            return None
-        tokens = message_tokens(engine, compose(text, self.files))
-        return (fit_problem(tokens, n_ctx, budget) or None) if tokens is not None else None
+        return self.app.session.too_long(text, self.files) or None
 
     def sent(self) -> list[Attachment]:
         """The files go with the message now sent; the box is empty again."""

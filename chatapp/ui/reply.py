@@ -25,6 +25,7 @@ class Reply:
     speeds: list[float] = field(default_factory=list)
     shown_thinking: int = 0  # characters of the reasoning / the answer on screen
     shown_answer: int = 0
+    note: str = ""  # what the status line says with it (the messages the model no longer sees)
 
     def __post_init__(self) -> None:
         self.prefix_ids = [t.id for t in self.tokens]

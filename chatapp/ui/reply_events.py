@@ -114,7 +114,8 @@ class ReplyEvents:
         )
         model = self.info.path if self.info else ""
         self.stats_panel.notes = self.report.note(ev, model, reply.first_paint_s)
-        self.set_status(f"done: {ev.reason}" + (f" ({ev.detail})" if ev.detail else ""))
+        detail = f" ({ev.detail})" if ev.detail else ""
+        self.set_status(f"done: {ev.reason}{detail}" + (f" · {reply.note}" if reply.note else ""))
         self._end_reply()
 
     async def on_reply_failed(self, message: ReplyFailed) -> None:
