@@ -15,8 +15,9 @@ INSIDE_TEXT = (
     "Logit lens: each layer's residual stream read through the model's final norm and output "
     "head, as if the model stopped there - the tokens it would predict and the probability of "
     "the token really written; where that bar grows is where the answer forms. Attention: how "
-    "much this token's pass looked at each earlier token, the mean over heads ([ and ] pick a "
-    "layer). A first token holding much of the weight is an "
+    "much this token's pass looked at each earlier token, the mean over heads (h steps through "
+    "single heads, naming their grouped-query KV group; [ and ] pick a layer). A first token "
+    "holding much of the weight is an "
     "attention sink: where heads with nothing to read park it. Neighbours: the tokens nearest "
     "the chosen one in the embedding matrix (cosine)."
 )
