@@ -305,3 +305,52 @@ async def test_h_steps_the_attention_through_each_head_and_back_to_the_mean():
         await pilot.press("h")
         assert panel.head == -1
         assert "mean over 6 heads" in panel.render_inspection(panel.inspection).plain
+
+
+# ---- surprise, token by token, in the TUI ---------------------------------------------------
+
+
+async def test_alt_s_colours_the_reply_by_surprise_and_shows_its_perplexity():
+    import math
+
+    from helpers import SIZE, send, wait_until
+    from textual.widgets import Static, TabbedContent
+
+    from chatapp.ui.app import ChatApp
+    from chatapp.ui.keys import help_rows
+    from chatapp.ui.widgets.tokens import ShownToken
+
+    engine = ScriptedEngine()
+    app = ChatApp(lambda: engine)
+    async with app.run_test(size=SIZE) as pilot:
+        assert any(bid == "chat.surprise" for _, _, bid in help_rows(app))  # F1 lists it
+        await send(pilot, app, "Hello there")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        panel, strip = app.token_panel, app.token_panel.strip
+        plain = [strip.render().spans[i].style for i in range(3)]
+        await pilot.press("alt+s")
+        assert app.query_one(TabbedContent).active == "tab-tokens"
+        assert panel.surprise and strip.surprise
+        legend = app.query_one("#surprise-legend", Static)
+        assert legend.display
+        n = len(panel.reply)  # every scripted token has logprob -0.69: perplexity ~2
+        assert f"reply perplexity {math.exp(0.69):.2f} over {n} tokens" in str(legend.render())
+        assert [strip.render().spans[i].style for i in range(3)] != plain
+
+        # a sure token and a surprising one get different colours; the cursor still wins
+        panel.reset_reply([ShownToken(1, b"a", -0.01), ShownToken(2, b"b", -9.0)])
+        await pilot.pause()
+        spans = strip.render().spans
+        assert spans[0].style.bgcolor != spans[1].style.bgcolor
+        assert f"{math.exp((0.01 + 9.0) / 2):.2f} over 2 tokens" in str(legend.render())
+        strip.focus()
+        await pilot.press("home")
+        assert strip.cursor == 0
+        assert "surprise 0.0 bits" in str(app.query_one("#token-info", Static).render())
+        await pilot.press("right")
+        assert "surprise 13.0 bits" in str(app.query_one("#token-info", Static).render())
+
+        await pilot.press("alt+s")
+        assert not panel.surprise and not legend.display
+        spans = strip.render().spans
+        assert spans[1].style == strip.get_component_rich_style("tokenstrip--cursor")
