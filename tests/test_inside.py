@@ -258,3 +258,99 @@ async def test_the_inside_tab_on_the_real_model_explains_the_latest_token(model_
         assert found.chosen.id == app.token_panel.reply[-1].id
         assert found.lens_ok and found.layers[-1].chosen_rank >= 1
         _check_attention(found)
+
+
+class _GroupedEngine(ScriptedEngine):
+    """The scripted capture with 6 query heads reading 2 KV heads; head 5 looks only at the
+    captured token itself."""
+
+    def inspect(self, request: InspectRequest) -> Inspection:
+        found = super().inspect(request)
+        att = np.repeat(found.attention[:, :1], 6, axis=1)
+        att[:, 5] = 0.0
+        att[:, 5, -1] = 1.0
+        return replace(found, attention=att, n_head_kv=2)
+
+
+async def test_h_steps_the_attention_through_each_head_and_back_to_the_mean():
+    from helpers import SIZE, send, wait_until
+    from textual.widgets import TabbedContent
+
+    from chatapp.ui.app import ChatApp
+    from chatapp.ui.keys import help_rows
+    from chatapp.ui.widgets.inside import InsidePanel
+
+    engine = _GroupedEngine()
+    app = ChatApp(lambda: engine)
+    async with app.run_test(size=SIZE) as pilot:
+        assert any(bid == "inside.head" for _, _, bid in help_rows(app))  # F1 lists it
+        await send(pilot, app, "Hello there")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        panel = app.query_one(InsidePanel)
+        app.query_one(TabbedContent).active = "tab-inside"
+        await wait_until(pilot, lambda: panel.inspection is not None, 5)
+        panel.focus()
+        assert panel.head == -1
+        assert "mean over 6 heads" in panel.render_inspection(panel.inspection).plain
+        await pilot.press("h")
+        assert panel.head == 0
+        assert "head 0 (KV group 0 of 2)" in panel.render_inspection(panel.inspection).plain
+        for _ in range(5):
+            await pilot.press("h")
+        text = panel.render_inspection(panel.inspection).plain
+        assert panel.head == 5 and "head 5 (KV group 1 of 2)" in text
+        assert "attention sink" not in text  # head 5 reads only the token itself
+        n = panel.inspection.position
+        np.testing.assert_allclose(panel.inspection.mean_attention(None, 5)[n], 1.0)
+        await pilot.press("h")
+        assert panel.head == -1
+        assert "mean over 6 heads" in panel.render_inspection(panel.inspection).plain
+
+
+# ---- surprise, token by token, in the TUI ---------------------------------------------------
+
+
+async def test_alt_s_colours_the_reply_by_surprise_and_shows_its_perplexity():
+    import math
+
+    from helpers import SIZE, send, wait_until
+    from textual.widgets import Static, TabbedContent
+
+    from chatapp.ui.app import ChatApp
+    from chatapp.ui.keys import help_rows
+    from chatapp.ui.widgets.tokens import ShownToken
+
+    engine = ScriptedEngine()
+    app = ChatApp(lambda: engine)
+    async with app.run_test(size=SIZE) as pilot:
+        assert any(bid == "chat.surprise" for _, _, bid in help_rows(app))  # F1 lists it
+        await send(pilot, app, "Hello there")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        panel, strip = app.token_panel, app.token_panel.strip
+        plain = [strip.render().spans[i].style for i in range(3)]
+        await pilot.press("alt+s")
+        assert app.query_one(TabbedContent).active == "tab-tokens"
+        assert panel.surprise and strip.surprise
+        legend = app.query_one("#surprise-legend", Static)
+        assert legend.display
+        n = len(panel.reply)  # every scripted token has logprob -0.69: perplexity ~2
+        assert f"reply perplexity {math.exp(0.69):.2f} over {n} tokens" in str(legend.render())
+        assert [strip.render().spans[i].style for i in range(3)] != plain
+
+        # a sure token and a surprising one get different colours; the cursor still wins
+        panel.reset_reply([ShownToken(1, b"a", -0.01), ShownToken(2, b"b", -9.0)])
+        await pilot.pause()
+        spans = strip.render().spans
+        assert spans[0].style.bgcolor != spans[1].style.bgcolor
+        assert f"{math.exp((0.01 + 9.0) / 2):.2f} over 2 tokens" in str(legend.render())
+        strip.focus()
+        await pilot.press("home")
+        assert strip.cursor == 0
+        assert "surprise 0.0 bits" in str(app.query_one("#token-info", Static).render())
+        await pilot.press("right")
+        assert "surprise 13.0 bits" in str(app.query_one("#token-info", Static).render())
+
+        await pilot.press("alt+s")
+        assert not panel.surprise and not legend.display
+        spans = strip.render().spans
+        assert spans[1].style == strip.get_component_rich_style("tokenstrip--cursor")

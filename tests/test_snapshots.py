@@ -106,6 +106,19 @@ def test_help_screen(snap_compare):
     assert snap_compare(make_app(), terminal_size=(100, 30), run_before=run_before)
 
 
+def test_help_screen_end_explains_the_inside_tab(snap_compare):
+    async def run_before(pilot) -> None:
+        from textual.containers import VerticalScroll
+
+        await _steady(pilot)
+        await pilot.press("f1")
+        await pilot.pause()
+        pilot.app.screen.query_one(VerticalScroll).scroll_end(animate=False)
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=(100, 30), run_before=run_before)
+
+
 def test_small_terminal_layout(snap_compare):
     assert snap_compare(make_app(), terminal_size=(100, 30), run_before=_after_reply)
 

@@ -110,9 +110,12 @@ class Inspection:
     def n_head(self) -> int:
         return int(self.attention.shape[1])
 
-    def mean_attention(self, layer: int | None = None) -> np.ndarray:
-        """Attention over positions averaged over heads: of one layer (1..N), or of all."""
+    def mean_attention(self, layer: int | None = None, head: int | None = None) -> np.ndarray:
+        """Attention over positions averaged over heads: of one layer (1..N), or of all; of one
+        query head (0..n_head-1) alone, or the mean over all of them."""
         att = self.attention if layer is None else self.attention[layer - 1 : layer]
+        if head is not None:
+            att = att[:, head : head + 1]
         return np.nanmean(att, axis=(0, 1))
 
     def kv_head(self, head: int) -> int:

@@ -118,6 +118,14 @@ class ChatShell(App):
             id="chat.grammar",
             priority=True,
         ),
+        Binding(
+            "alt+s",
+            "toggle_surprise",
+            "Surprise: colour the reply's tokens by p",
+            show=False,
+            id="chat.surprise",
+            priority=True,
+        ),
         Binding("f8", "pick_model", "Models", id="models.pick", priority=True),
         Binding("f9", "model_card", "Model card", id="models.card", priority=True),
         Binding("f10", "compare_models", "Compare", id="models.compare", priority=True),
@@ -215,6 +223,10 @@ class ChatShell(App):
 
     def action_toggle_ids(self) -> None:
         self.token_panel.toggle_ids()
+
+    def action_toggle_surprise(self) -> None:
+        self.query_one(TabbedContent).active = "tab-tokens"
+        self.token_panel.surprise = not self.token_panel.surprise
 
     def action_focus_sampler(self) -> None:
         self.query_one("#slider-temperature").focus()

@@ -10,6 +10,18 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+INSIDE_TITLE = "What you are looking at (Inside tab)"
+INSIDE_TEXT = (
+    "Logit lens: each layer's residual stream read through the model's final norm and output "
+    "head, as if the model stopped there - the tokens it would predict and the probability of "
+    "the token really written; where that bar grows is where the answer forms. Attention: how "
+    "much this token's pass looked at each earlier token, the mean over heads (h steps through "
+    "single heads, naming their grouped-query KV group; [ and ] pick a layer). A first token "
+    "holding much of the weight is an "
+    "attention sink: where heads with nothing to read park it. Neighbours: the tokens nearest "
+    "the chosen one in the embedding matrix (cosine)."
+)
+
 
 class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
@@ -35,8 +47,12 @@ class HelpScreen(ModalScreen[None]):
                 table.add_row("", Text(desc, style="bold underline"), "", end_section=False)
         with VerticalScroll():
             yield Static(table)
-            yield Static(
-                "Esc closes. A key with a binding id can be moved in config.toml's [keys] "
-                '(e.g. chat.regenerate = "ctrl+g"); — marks one that cannot. Every action is '
-                "also in the command palette."
+            yield Static(Text("\n" + INSIDE_TITLE, style="bold underline"), id="help-inside-title")
+            yield Static(Text(INSIDE_TEXT), id="help-inside")
+            yield Static(  # Text: "[keys]" is not markup
+                Text(
+                    "\nEsc closes. A key with a binding id can be moved in config.toml's [keys] "
+                    '(e.g. chat.regenerate = "ctrl+g"); — marks one that cannot. Every action is '
+                    "also in the command palette."
+                )
             )

@@ -29,8 +29,8 @@ HELP = (
     "final output) read through its own output layer: the tokens it would predict there, and "
     "the probability of the token really written - where the bar grows is where the answer "
     "forms. The shaded text is how much this token's pass attended to each earlier token "
-    "(mean over heads; [ and ] pick one layer). Neighbours are the nearest tokens in the "
-    "embedding matrix. Keys: r capture again, [ / ] layer."
+    "(mean over heads, or one head with h; [ and ] pick one layer). Neighbours are the nearest "
+    "tokens in the embedding matrix. Keys: r capture again, [ / ] layer, h head."
 )
 
 
@@ -59,12 +59,15 @@ class InsidePanel(VerticalScroll, can_focus=True):
         Binding("r", "capture", "Capture again", id="inside.capture"),
         Binding("[", "layer(-1)", "Attention: previous layer", id="inside.layer_prev"),
         Binding("]", "layer(1)", "Attention: next layer", id="inside.layer_next"),
+        Binding("h", "head", "Attention: mean over heads, then each head", id="inside.head"),
     ]
 
     inspection: reactive[Inspection | None] = reactive(None)
     """The capture drawn (None: none yet)."""
     layer: reactive[int] = reactive(0)
     """The attention layer shaded: 0 = the mean over all layers."""
+    head: reactive[int] = reactive(-1)
+    """The query head shaded: -1 = the mean over all heads."""
     status: reactive[str] = reactive("Select a token in the Tokens tab, or send a message.")
 
     class Captured(Message):
@@ -151,6 +154,8 @@ class InsidePanel(VerticalScroll, can_focus=True):
             self.status = message.error
             return
         self._captured_once = True
+        if self.head >= message.found.n_head:  # a model with fewer heads: back to the mean
+            self.head = -1
         t = message.found.timings
         label = self._last.label if self._last else ""
         self.status = f"Inside: {label} ({t.get('total_ms', 0):.0f} ms)"
@@ -159,6 +164,19 @@ class InsidePanel(VerticalScroll, can_focus=True):
     def action_layer(self, step: int) -> None:
         if self.inspection is not None:
             self.layer = (self.layer + step) % (self.inspection.n_layers + 1)
+
+    def action_head(self) -> None:
+        """Mean over heads -> head 0 -> ... -> head N-1 -> the mean again."""
+        if self.inspection is not None:
+            self.head = self.head + 1 if self.head + 1 < self.inspection.n_head else -1
+
+    def head_label(self, found: Inspection) -> str:
+        if self.head < 0:
+            return f"mean over {found.n_head} heads"
+        n_kv = max(min(found.n_head_kv, found.n_head), 1)
+        if n_kv == found.n_head:
+            return f"head {self.head} of {found.n_head}"
+        return f"head {self.head} (KV group {found.kv_head(self.head)} of {n_kv})"
 
     # ---- drawing ---------------------------------------------------------------------------
 
@@ -170,6 +188,9 @@ class InsidePanel(VerticalScroll, can_focus=True):
         self._draw()
 
     def watch_layer(self) -> None:
+        self._draw()
+
+    def watch_head(self) -> None:
         self._draw()
 
     def _draw(self) -> None:
@@ -196,8 +217,9 @@ class InsidePanel(VerticalScroll, can_focus=True):
         else:
             out.append(found.lens_note + "\n", muted)
         where = "all layers" if self.layer == 0 else f"layer {self.layer}"
-        mean = np.nan_to_num(found.mean_attention(self.layer or None))
-        out.append(f"\nAttention ({where}, mean over {found.n_head} heads; [ ])\n", muted)
+        head = self.head if 0 <= self.head < found.n_head else None
+        mean = np.nan_to_num(found.mean_attention(self.layer or None, head))
+        out.append(f"\nAttention ({where}, {self.head_label(found)}; [ ] h)\n", muted)
         top = float(mean.max()) or 1.0
         base = self.app.current_theme.background if hasattr(self.app, "current_theme") else None
         for piece, w in zip(found.pieces, mean, strict=True):

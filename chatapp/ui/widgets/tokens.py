@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rich.color import Color, blend_rgb
+from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
@@ -41,6 +43,8 @@ class TokenStrip(Widget, can_focus=True):
         "tokenstrip--id",
         "tokenstrip--draft",
         "tokenstrip--rejected",
+        "tokenstrip--sure",
+        "tokenstrip--surprised",
     }
     DEFAULT_CSS = """
     TokenStrip { height: auto; min-height: 1; padding: 0 1; }
@@ -53,6 +57,8 @@ class TokenStrip(Widget, can_focus=True):
     TokenStrip > .tokenstrip--id { color: $text-muted; }
     TokenStrip > .tokenstrip--draft { color: $token-draft; text-style: underline; }
     TokenStrip > .tokenstrip--rejected { color: $text-disabled; text-style: strike; }
+    TokenStrip > .tokenstrip--sure { background: $success-darken-2; color: $foreground; }
+    TokenStrip > .tokenstrip--surprised { background: $error; color: $foreground; }
     TokenStrip:focus { background: $boost; }
     """
     BINDINGS = [
@@ -71,6 +77,8 @@ class TokenStrip(Widget, can_focus=True):
     """Index of the selected token, or None."""
     show_rejected: reactive[bool] = reactive(False, layout=True)
     """Draw the drafts turned down at each position after its token (speculative decoding)."""
+    surprise: reactive[bool] = reactive(False)
+    """Colour each token with a log-probability by how surprised the model was to write it."""
 
     class Selected(Message):
         """The cursor moved to a token."""
@@ -103,6 +111,8 @@ class TokenStrip(Widget, can_focus=True):
         for i, tok in enumerate(self.tokens):
             start = len(text)
             style = cursor if i == self.cursor else special if tok.special else styles[i % 2]
+            if self.surprise and tok.logprob is not None and i != self.cursor:
+                style = self.surprise_style(tok.logprob)
             if tok.drafted and i != self.cursor:
                 style = style + draft
             text.append(token_display(tok.piece) or "∅", style)
@@ -115,6 +125,16 @@ class TokenStrip(Widget, can_focus=True):
         if not self.tokens:
             text.append("(no tokens yet)", id_style)
         return text
+
+    def surprise_style(self, logprob: float) -> Style:
+        """sure (p 1) -> surprised (p <= 2^-SURPRISE_BITS), blended by the token's bits."""
+        sure = self.get_component_rich_style("tokenstrip--sure")
+        hot = self.get_component_rich_style("tokenstrip--surprised")
+        share = min(surprise_bits(logprob) / SURPRISE_BITS, 1.0)
+        a, b = sure.bgcolor, hot.bgcolor
+        if a is None or b is None or a.triplet is None or b.triplet is None:
+            return hot if share > 0.5 else sure
+        return sure + Style(bgcolor=Color.from_triplet(blend_rgb(a.triplet, b.triplet, share)))
 
     def action_toggle_rejected(self) -> None:
         self.show_rejected = not self.show_rejected
@@ -155,11 +175,26 @@ class TokenStrip(Widget, can_focus=True):
         return None
 
 
+SURPRISE_BITS = 10.0  # a token the model gave p <= 2^-10 (about 0.001) is fully "surprised"
+
+
+def surprise_bits(logprob: float) -> float:
+    """-log2 p: 0 for a certain token, 1 for a coin flip."""
+    return max(-logprob / math.log(2), 0.0)
+
+
+def perplexity(tokens: list[ShownToken]) -> tuple[float, int] | None:
+    """exp of the mean negative log-probability over the tokens that carry one, and how many."""
+    lps = [t.logprob for t in tokens if t.logprob is not None]
+    return (math.exp(-sum(lps) / len(lps)), len(lps)) if lps else None
+
+
 def describe(tok: ShownToken, index: int) -> str:
     """One line about a token: index, id, exact bytes, probability."""
     parts = [f"#{index}", f"id {tok.id}", f"bytes {escape_bytes(tok.piece)!s}"]
     if tok.logprob is not None:
-        parts.append(f"logprob {tok.logprob:.3f} (p {math.exp(tok.logprob):.3f})")
+        p, bits = math.exp(tok.logprob), surprise_bits(tok.logprob)
+        parts.append(f"logprob {tok.logprob:.3f} (p {p:.3f}, surprise {bits:.1f} bits)")
     if tok.drafted:
         parts.append("from an accepted draft")
     if tok.rejected:
@@ -178,10 +213,14 @@ class TokenPanel(Vertical):
     TokenPanel > #tokenizer-input { margin-top: 1; }
     TokenPanel > #tokenizer-count { height: 1; color: $text-muted; padding: 0 1; }
     TokenPanel > #reply-tokens { max-height: 60%; overflow-y: auto; }
+    TokenPanel > #surprise-legend { height: auto; padding: 0 1; display: none; }
+    TokenPanel.-surprise > #surprise-legend { display: block; }
     """
 
     show_prompt: reactive[bool] = reactive(False)
     """Show the templated prompt (specials included) instead of the reply."""
+    surprise: reactive[bool] = reactive(False)
+    """Colour the reply's tokens by the probability the model gave each, with its perplexity."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -191,6 +230,7 @@ class TokenPanel(Vertical):
     def compose(self) -> ComposeResult:
         yield Static("Reply tokens", classes="title", id="token-title")
         yield TokenStrip(id="reply-tokens")
+        yield Static("", id="surprise-legend")
         yield Static("", id="token-info")
         yield Input(placeholder="Type any sentence to see its tokens", id="tokenizer-input")
         yield Static("", id="tokenizer-count")
@@ -210,11 +250,46 @@ class TokenPanel(Vertical):
         if not self.show_prompt:
             self.strip.cursor = None
             self.strip.tokens = tuple(self.reply)
+        self._legend()
 
     def add_reply(self, tokens: list[ShownToken]) -> None:
         self.reply.extend(tokens)
         if not self.show_prompt:
             self.strip.append(tokens)
+        if self.surprise:
+            self._legend()
+
+    def watch_surprise(self, value: bool) -> None:
+        if not self.is_mounted:
+            return
+        self.set_class(value, "-surprise")
+        self.strip.surprise = value
+        self._legend()
+
+    def _legend(self) -> None:
+        """Under the strip while surprise is on: the colour scale and the reply's perplexity."""
+        if not self.is_mounted or not self.surprise:
+            return
+        strip = self.strip
+        text = Text("surprise: ")
+        for label, p in (
+            ("p 1", 1.0),
+            ("0.5", 0.5),
+            ("0.1", 0.1),
+            ("0.01", 0.01),
+            ("≤0.001", 1e-3),
+        ):
+            text.append(f" {label} ", strip.surprise_style(math.log(p)))
+            text.append(" ")
+        found = perplexity(self.reply)
+        if found is None:
+            text.append(" no probabilities for this reply", "dim")
+        else:
+            ppl, n = found
+            text.append(f" reply perplexity {ppl:.2f} over {n} tokens")
+        if self.show_prompt:
+            text.append(" (the prompt's tokens have none: F4 shows the reply)", "dim")
+        self.query_one("#surprise-legend", Static).update(text)
 
     def watch_show_prompt(self, value: bool) -> None:
         if not self.is_mounted:
@@ -224,6 +299,7 @@ class TokenPanel(Vertical):
         )
         self.strip.cursor = None
         self.strip.tokens = tuple(self.prompt if value else self.reply)
+        self._legend()
 
     def toggle_ids(self) -> None:
         for strip in self.query(TokenStrip):
