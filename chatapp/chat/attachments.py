@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -150,3 +151,33 @@ def message_tokens(engine: Engine, content: str) -> int | None:
 def reply_budget(max_tokens: int, n_ctx: int) -> int:
     """The room kept for the reply when the context is filled (as ChatSession.fitted keeps)."""
     return min(max_tokens, n_ctx // 2)
+
+
+FRAMING_TOKENS = 64  # room for a chat template's own tokens around two messages
+
+
+def message_fit_problem(
+    engine: Engine,
+    n_ctx: int,
+    budget: int,
+    system_prompt: str,
+    text: str,
+    attachments: Sequence[Attachment] = (),
+) -> str:
+    """One sentence with the numbers when a message (with its files, and the system prompt
+    that always goes with it) cannot fit n_ctx even alone with `budget` tokens for the reply;
+    "" when it can, or when that cannot be told (no token count)."""
+    content = compose(text, tuple(attachments)) if attachments else text
+    head = [ChatMessage("system", system_prompt)] if system_prompt else []
+    # Every token is at least one character: a short message surely fits (with room for the
+    # template's framing).
+    if len(content) + len(system_prompt) + FRAMING_TOKENS <= n_ctx - budget:
+        return ""
+    try:
+        tokens = engine.count_tokens(head + [ChatMessage("user", content)])
+        if tokens is None:
+            both = f"{system_prompt}\n{content}" if head else content
+            tokens = len(engine.tokenize(both, special=False))
+    except EngineError:
+        return ""
+    return fit_problem(tokens, n_ctx, budget, files=bool(attachments), system=bool(head))

@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from chatapp.chat.attachments import Attachment, compose, fit_problem, reply_budget
+from chatapp.chat.attachments import Attachment, compose, message_fit_problem, reply_budget
 from chatapp.chat.branches import Tree, Turn
 from chatapp.chat.context import fit_messages, left_out_note
 from chatapp.chat.recorder import ChatHistory
@@ -30,8 +30,6 @@ from chatapp.engine.protocol import (
 from chatapp.errors import ChatappError
 from chatapp.history.records import Conversation, Message, StoreError
 from chatapp.sampling import SamplerSettings
-
-FRAMING_TOKENS = 64  # room for a chat template's own tokens around two messages
 
 
 class PickError(ChatappError):
@@ -202,20 +200,9 @@ class ChatSession:
         if self.engine is None or not n_ctx:
             return ""
         budget = reply_budget(self.settings.max_tokens, n_ctx)
-        content = compose(text, attachments) if attachments else text
-        head = [ChatMessage("system", self.system_prompt)] if self.system_prompt else []
-        # Every token is at least one character: a short message surely fits (with room for
-        # the template's framing).
-        if len(content) + len(self.system_prompt) + FRAMING_TOKENS <= n_ctx - budget:
-            return ""
-        try:
-            tokens = self.engine.count_tokens(head + [ChatMessage("user", content)])
-            if tokens is None:
-                both = f"{self.system_prompt}\n{content}" if head else content
-                tokens = len(self.engine.tokenize(both, special=False))
-        except EngineError:
-            return ""
-        return fit_problem(tokens, n_ctx, budget, files=bool(attachments), system=bool(head))
+        return message_fit_problem(
+            self.engine, n_ctx, budget, self.system_prompt, text, attachments
+        )
 
     def add_user(self, text: str, attachments: Sequence[Attachment] = ()) -> None:
         """A user turn: the text, then each attached file as a fenced block headed by its name
