@@ -155,3 +155,29 @@ def test_a_picked_token_makes_a_second_branch(snap_compare):
         await pilot.pause()
 
     assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_80x24_layout(snap_compare):
+    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=_after_reply)
+
+
+def test_200x60_layout(snap_compare):
+    assert snap_compare(make_app(), terminal_size=(200, 60), run_before=_after_reply)
+
+
+def test_80x24_panels(snap_compare):
+    async def run_before(pilot) -> None:
+        await _after_reply(pilot)
+        await pilot.press("f3")
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_80x24_sampler(snap_compare):
+    async def run_before(pilot) -> None:
+        await _after_reply(pilot)
+        await pilot.press("f6")
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=run_before)

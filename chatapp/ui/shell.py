@@ -31,6 +31,9 @@ class ChatShell(App):
 
     CSS_PATH = "app.tcss"
     TITLE = "chatapp"
+    # Screen classes for app.tcss: narrow, the chat and the panels in turn; short, no sparkline.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
     BINDINGS = [
         Binding("escape", "stop", "Stop", id="chat.stop"),
         Binding("ctrl+r", "regenerate", "Regenerate", id="chat.regenerate", priority=True),
@@ -213,9 +216,23 @@ class ChatShell(App):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(help_rows(self)))
 
+    @property
+    def narrow(self) -> bool:
+        """Below 100 columns: the chat and the panels take the whole width in turn."""
+        return self.screen_stack[0].has_class("-narrow")
+
     def action_toggle_side(self) -> None:
-        side = self.query_one("#side")
-        side.display = not side.display
+        """Wide: hide or show the panels. Narrow: switch between the chat and the panels."""
+        main = self.query_one("#main")
+        main.toggle_class("-swap")
+        if self.narrow:
+            shown = self.probs if main.has_class("-swap") else self.query_one("#prompt")
+            self.call_after_refresh(shown.focus)
+
+    def show_panels(self) -> None:
+        """Bring the panels into sight (narrow: in place of the chat)."""
+        main = self.query_one("#main")
+        main.set_class(self.narrow, "-swap")
 
     def action_toggle_prompt_tokens(self) -> None:
         self.query_one(TabbedContent).active = "tab-tokens"
@@ -229,7 +246,8 @@ class ChatShell(App):
         self.token_panel.surprise = not self.token_panel.surprise
 
     def action_focus_sampler(self) -> None:
-        self.query_one("#slider-temperature").focus()
+        self.show_panels()  # narrow: once the panels are laid out, the focus scrolls to it
+        self.call_after_refresh(self.query_one("#slider-temperature").focus)
 
     def action_next_theme(self) -> None:
         names = sorted(self.available_themes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from rich.console import Group
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
@@ -116,6 +117,9 @@ class StatsPanel(Vertical):
         free = self.get_component_rich_style("context-bar--free", partial=True)
         return context_bar(used, total, width, fill, free)
 
+    def on_resize(self) -> None:
+        self._redraw()  # the context bar's width follows the panel's
+
     def watch_notes(self, notes: str) -> None:
         if self.is_mounted:
             self.query_one("#stats-notes", Static).update(notes)
@@ -149,9 +153,11 @@ class StatsPanel(Vertical):
         )
         tokens = f"{s.tokens} ({s.drafted} drafted)" if s.drafted else str(s.tokens)
         t.add_row("decode", decode_text(s.decode_tps, MISSING), "tokens", tokens)
+        # a narrow panel (under 56 columns) gets a shorter bar, so every value stays whole
+        bar_width = 12 if self.size.width >= 56 else 6
         t.add_row(
             "context",
-            self.context_text(s.n_past, s.n_ctx or (info.n_ctx if info else 0)),
+            self.context_text(s.n_past, s.n_ctx or (info.n_ctx if info else 0), bar_width),
             "stop",
             s.stop_reason or s.state,
         )
@@ -162,5 +168,7 @@ class StatsPanel(Vertical):
                 else "cpu"
             )
             t.add_row("load", f"{info.load_s:.2f} s", "gpu layers", gpu)
-            t.add_row("threads", run_settings(info), "", "")
-        self.query_one("#stats-table", Static).update(t, layout=False)  # fixed height
+        # the run settings under the grid, on a line of their own: they do not widen its columns
+        threads = Text.assemble(("threads ", "bold"), run_settings(info)) if info else Text()
+        table = Group(t, threads)
+        self.query_one("#stats-table", Static).update(table, layout=False)  # fixed height
