@@ -2,7 +2,7 @@
 
 Run: python screenshots/make_screenshots.py   (takes about half a minute on 2 cores)
 Only some: python screenshots/make_screenshots.py pick versus
-(the shots: main, pick, thinking, drafts, versus, inside)
+(the shots: main, pick, thinking, drafts, versus, inside, grammar)
 """
 
 from __future__ import annotations
@@ -230,8 +230,44 @@ async def inside_shot() -> None:
         app.save_screenshot(str(OUT / "inside.svg"))
 
 
+GRAMMAR_SCHEMA = """{"type": "object", "properties": {
+  "city": {"type": "string"},
+  "country": {"type": "string", "enum": ["France", "Italy", "Spain"]},
+  "population_millions": {"type": "integer", "minimum": 0, "maximum": 40}},
+  "required": ["city", "country", "population_millions"]}"""
+
+
+async def grammar_shot() -> None:
+    """A reply held to a JSON schema: the Next token panel marks what the grammar cut (⊘)."""
+    from chatapp.engine.grammar import grammar_from_schema_text
+
+    options = LoadOptions(model_path=str(smollm2_path()), n_ctx=2048, n_gpu_layers=0)
+    app = ChatApp(
+        lambda: LocalEngine(options),
+        settings=SamplerSettings(temperature=0.0, max_tokens=60),
+        model_label="SmolLM2-135M-Instruct.Q4_1.gguf",
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.engine is not None)
+        app.session.grammar = grammar_from_schema_text(GRAMMAR_SCHEMA, "schema city.json")
+        await ask(pilot, app, "Tell me about Paris as JSON.")
+        tokens = app.last_reply.tokens
+        cut = [
+            i
+            for i, t in enumerate(tokens)
+            if any(c.kept_grammar is False for c in (t.candidates or ()))
+        ]
+        step = max(cut, key=lambda i: sum(c.kept_grammar is False for c in tokens[i].candidates))
+        app.query_one("#reply-tokens", TokenStrip).cursor = step
+        app.query_one("#probs").focus()
+        app.clear_notifications()
+        await pilot.pause(0.3)
+        app.save_screenshot(str(OUT / "grammar-cut.svg"))
+
+
 SHOTS = {
     "main": main,
+    "grammar": grammar_shot,
     "inside": inside_shot,
     "pick": pick_shot,
     "thinking": thinking_shot,
@@ -241,7 +277,14 @@ SHOTS = {
 
 
 async def run(names: list[str]) -> None:
-    for name in names or ["main", "pick", "drafts", "versus", "inside"]:  # (main makes the thinking shot too)
+    for name in names or [
+        "main",
+        "pick",
+        "drafts",
+        "versus",
+        "inside",
+        "grammar",
+    ]:  # (main makes the thinking shot too)
         await SHOTS[name]()
 
 
