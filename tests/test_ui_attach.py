@@ -44,3 +44,33 @@ async def test_file_lines_attach_show_tokens_and_go_with_the_message(tmp_path):
         assert prompt.text == "Summarize it" and len(engine.requests) == 1  # nothing lost
         await submit(pilot, app, "/detach")
         assert app.attached.files == [] and not prompt.border_title
+
+
+async def test_the_file_picker_attaches_files_one_after_another(tmp_path, monkeypatch):
+    from textual.widgets import DirectoryTree
+
+    from chatapp.ui.screens.file_picker import FilePickerScreen
+
+    (tmp_path / "a.txt").write_text("alpha\n")
+    (tmp_path / "b.md").write_text("# beta\n")
+    (tmp_path / "c.bin").write_bytes(b"\x00\x01")
+    monkeypatch.chdir(tmp_path)
+    engine = ScriptedEngine()
+    app = ChatApp(lambda: engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.engine is not None)
+        await pilot.press("alt+f")
+        await wait_until(pilot, lambda: isinstance(app.screen, FilePickerScreen))
+        tree = app.screen.query_one(DirectoryTree)
+        await wait_until(pilot, lambda: len(tree.root.children) == 3)
+        for name in ("a.txt", "b.md", "c.bin"):  # as Enter on each would
+            node = next(n for n in tree.root.children if n.label.plain == name)
+            tree.post_message(DirectoryTree.FileSelected(node, node.data.path))
+            await pilot.pause()
+        note = str(app.screen.query_one("#picker-note").render())
+        assert "c.bin is a binary file" in note  # refused in one sentence, nothing attached
+        await pilot.press("escape")
+        names = [f.name for f in app.attached.files]  # the paths the tree gave
+        assert names == [str(tmp_path / "a.txt"), str(tmp_path / "b.md")]
+        prompt = app.query_one("#prompt")
+        assert "a.txt" in str(prompt.border_title) and "b.md" in str(prompt.border_title)

@@ -49,6 +49,17 @@ class AttachBox:
         self.app.query_one("#prompt").text = rest  # what was typed beside the commands stays
         return None
 
+    def add(self, path: str) -> str:
+        """Attach one file (the file picker's choice); one line saying what happened."""
+        try:
+            file = self.counted(read_attachment(path))
+        except AttachmentError as exc:
+            self.app.set_status(str(exc), error=True)
+            return str(exc)
+        self.files.append(file)
+        self.show()
+        return f"attached {file.name}: {len(self.files)} file(s) for the next message"
+
     def counted(self, file: Attachment) -> Attachment:
         engine = self.app.engine
         if engine is None:

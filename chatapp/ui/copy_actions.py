@@ -1,5 +1,5 @@
-"""The chat's Copy actions: the last reply, its code blocks one at a time, the conversation,
-through the terminal's clipboard (OSC 52: over SSH too, and in tmux with set-clipboard on)."""
+"""The chat's Copy actions (the last reply, its code blocks one at a time, the conversation,
+through the terminal's clipboard: OSC 52) and the file picker that attaches files."""
 
 from __future__ import annotations
 
@@ -14,6 +14,14 @@ class CopyActions:
     def _copy(self, text: str, what: str) -> None:
         self.copy_to_clipboard(text)
         self.notify(copying.describe(what, text), title="Copied", timeout=4)
+
+    def action_attach_files(self) -> None:
+        """The file picker: each file chosen joins the next message, as `/file PATH` does."""
+        from pathlib import Path
+
+        from chatapp.ui.screens.file_picker import FilePickerScreen
+
+        self.push_screen(FilePickerScreen(Path.cwd(), self.attached.add))
 
     def action_copy_reply(self) -> None:
         text = copying.last_reply(self.conversation)

@@ -25,6 +25,7 @@ def _sections() -> list[tuple[str, list[type]]]:
     from chatapp.ui.screens.compare import CompareScreen
     from chatapp.ui.screens.compare_history import PastRunsScreen
     from chatapp.ui.screens.conversations import ConfirmScreen, ConversationsScreen
+    from chatapp.ui.screens.file_picker import FilePickerScreen
     from chatapp.ui.screens.grammar import GrammarScreen
     from chatapp.ui.screens.help import HelpScreen
     from chatapp.ui.screens.model_card import ModelCardScreen
@@ -47,6 +48,7 @@ def _sections() -> list[tuple[str, list[type]]]:
         ("History (F7)", [ConversationsScreen, ConfirmScreen]),
         ("System prompt (F2)", [SystemPromptScreen]),
         ("Grammar or JSON schema (alt+g)", [GrammarScreen]),
+        ("Attach files (alt+f)", [FilePickerScreen]),
         ("Models (F8)", [ModelPickerScreen]),
         ("Get models (F8, ctrl+g)", [GetModelsView]),
         ("Model card (F9)", [ModelCardScreen]),

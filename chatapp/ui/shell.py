@@ -95,6 +95,9 @@ class ChatShell(App):
             priority=True,
         ),
         Binding(
+            "alt+f", "attach_files", "Attach files", show=False, id="chat.attach", priority=True
+        ),
+        Binding(
             "alt+c", "copy_reply", "Copy the reply", show=False, id="chat.copy_reply", priority=True
         ),
         Binding(
