@@ -71,7 +71,8 @@ def test_file_lines_and_the_fit_sentence():
     assert fit_problem(1000, 2048, 512) == ""
     assert fit_problem(1700, 2048, 512) == (
         "the message is 1,700 tokens and the reply needs 512, but the context holds 2,048; "
-        "attach less, or load the model with a larger --ctx"
+        "attach less (or /trim: send only the start of the files), or load the model with a "
+        "larger --ctx"
     )
 
 

@@ -74,3 +74,24 @@ async def test_the_file_picker_attaches_files_one_after_another(tmp_path, monkey
         assert names == [str(tmp_path / "a.txt"), str(tmp_path / "b.md")]
         prompt = app.query_one("#prompt")
         assert "a.txt" in str(prompt.border_title) and "b.md" in str(prompt.border_title)
+
+
+async def test_trim_sends_only_the_start_of_files_too_big_for_the_context(tmp_path):
+    big = tmp_path / "big.txt"
+    big.write_text(" ".join(f"word{i}" for i in range(3000)))
+    engine = ScriptedEngine()
+    app = ChatApp(lambda: engine)
+    async with app.run_test(size=SIZE) as pilot:
+        prompt = app.query_one("#prompt")
+        await submit(pilot, app, f"/file {big}\nSummarise this")
+        assert "too big" in str(prompt.border_title)
+        await submit(pilot, app, "Summarise this\n/trim")
+        await pilot.pause()
+        assert prompt.text == "Summarise this" and "fits" in str(prompt.border_title)
+        assert "files cut to what fits" in status(app)
+        (cut,) = app.attached.files
+        assert "[cut here: the first " in cut.text and cut.text.startswith("word0 word1")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        sent = engine.requests[-1].messages[-1].content
+        assert sent.startswith("Summarise this") and "[cut here: the first " in sent

@@ -121,7 +121,7 @@ def fit_problem(
     if message_tokens + reply_budget <= n_ctx:
         return ""
     what = "the message with the system prompt" if system else "the message"
-    remedy = "attach less" if files else "shorten it"
+    remedy = "attach less (or /trim: send only the start of the files)" if files else "shorten it"
     return (
         f"{what} is {message_tokens:,} tokens and the reply needs {reply_budget:,}, but the "
         f"context holds {n_ctx:,}; {remedy}, or load the model with a larger --ctx"
@@ -181,3 +181,21 @@ def message_fit_problem(
     except EngineError:
         return ""
     return fit_problem(tokens, n_ctx, budget, files=bool(attachments), system=bool(head))
+
+
+def trimmed(engine: Engine, files: Sequence[Attachment], room: int) -> list[Attachment]:
+    """The files cut to their first tokens so their blocks take at most `room` tokens in all,
+    earlier files first; each cut one says so at its end. Raises EngineError."""
+    out: list[Attachment] = []
+    for f in files:
+        pieces = engine.tokenize(f.text, special=False)
+        overhead = len(engine.tokenize(replace(f, text="").block(), special=False)) + 16
+        keep = max(0, min(len(pieces), room - overhead))
+        if keep < len(pieces):
+            text = b"".join(p.piece for p in pieces[:keep]).decode("utf-8", "ignore")
+            text += f"\n[cut here: the first {keep:,} of {len(pieces):,} tokens]\n"
+            f = replace(f, text=text)
+        f = replace(f, tokens=len(engine.tokenize(f.block(), special=False)))
+        room -= f.tokens
+        out.append(f)
+    return out

@@ -7,11 +7,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from chatapp.chat.attachments import (
+    FRAMING_TOKENS,
     Attachment,
     AttachmentError,
     read_attachment,
     reply_budget,
     split_file_lines,
+    trimmed,
 )
 from chatapp.engine.protocol import EngineError
 
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
     from chatapp.ui.app import ChatApp
 
 DETACH = "/detach"  # typed alone: the attachments go
+TRIM = "/trim"  # typed alone: the files are cut to what fits beside the message
 
 
 class AttachBox:
@@ -36,6 +39,12 @@ class AttachBox:
             self.files = []
             self.app.set_status("attachments removed")
             self.show()
+            return None
+        lines = text.splitlines()
+        if any(line.strip() == TRIM for line in lines):  # a /trim line: cut, keep the rest
+            rest = "\n".join(line for line in lines if line.strip() != TRIM).strip()
+            self.app.query_one("#prompt").text = rest
+            self.trim(rest)
             return None
         rest, paths = split_file_lines(text)
         if not paths:
@@ -98,6 +107,24 @@ class AttachBox:
         """The problem (one sentence with the numbers) when the message with its files cannot
         fit even alone; None when it can be sent."""
         return self.app.session.too_long(text, self.files) or None
+
+    def trim(self, typed: str) -> None:
+        """Cut the files to the tokens left beside the typed message, the system prompt and
+        the reply's room: the choice to send only the start of what is too big."""
+        engine, n_ctx = self.app.engine, self.context()[0]
+        if not self.files or engine is None or not n_ctx:
+            self.app.set_status("nothing to trim: no files attached, or no model loaded")
+            return
+        session = self.app.session
+        head = f"{session.system_prompt}\n" if session.system_prompt else ""
+        try:
+            used = len(engine.tokenize(head + typed, special=False)) + FRAMING_TOKENS
+            self.files = trimmed(engine, self.files, n_ctx - self.context()[1] - used)
+        except EngineError as exc:
+            self.app.set_status(f"could not trim the files: {exc}", error=True)
+            return
+        self.app.set_status("files cut to what fits: Enter sends the message")
+        self.show()
 
     def sent(self) -> list[Attachment]:
         """The files go with the message now sent; the box is empty again."""
