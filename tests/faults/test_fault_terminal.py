@@ -179,3 +179,19 @@ def test_the_check_sees_a_terminal_left_raw(term):
     time.sleep(0.5)
     flags = set(term.terminal_modes().split())
     assert {"-echo", "-icanon"} <= flags
+
+
+@pytest.mark.slow
+def test_copy_reaches_tmux_with_set_clipboard_on(term, model_path):
+    """OSC 52 through a real terminal: alt+c puts the reply in tmux's paste buffer."""
+    term.tmux("set-option", "-g", "set-clipboard", "on")
+    term.line(_chat(model_path) + " --no-autotune")
+    term.wait_for("ready: ")
+    term.line("Say hi in five words.")
+    term.wait_for("done: ", timeout=120)
+    term.keys("M-c")
+    term.wait_for("copied the reply: ")
+    buffer = term.tmux("show-buffer")
+    assert buffer.strip() and buffer.strip().split()[0] in term.screen()
+    term.keys("C-q")
+    term.wait_for(PROMPT)
