@@ -312,3 +312,18 @@ async def test_a_continued_reply_hides_its_old_stats_line_until_it_is_done():
         assert "stop:" not in shown()  # the old stats line is not above the streamed text
         await wait_until(pilot, lambda: app.reply is None)
         assert "12 tokens · stop: max" in shown()
+
+
+async def test_a_failed_background_task_is_one_readable_line():
+    app = ChatApp(lambda: ScriptedEngine())
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.engine is not None)  # set on the UI's own thread
+
+        def broken() -> None:
+            raise OSError("the disk went away")
+
+        app.run_worker(broken, name="saving the history", thread=True, exit_on_error=False)
+        await wait_until(pilot, lambda: any(n.severity == "error" for n in app._notifications))
+        (note,) = [n for n in app._notifications if n.severity == "error"]
+        assert note.message == "saving the history failed: the disk went away"
+        assert app.is_running

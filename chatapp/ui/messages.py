@@ -14,9 +14,13 @@ from chatapp.engine.protocol import (
 
 
 class EngineReady(Message):
-    def __init__(self, info: ModelInfo) -> None:
+    """A model loaded: its info, and the started engine (handed to the app on its own thread:
+    the loading worker never assigns app state)."""
+
+    def __init__(self, info: ModelInfo, engine: object = None) -> None:
         super().__init__()
         self.info = info
+        self.engine = engine
 
 
 class EngineFailed(Message):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from textual import on, work
 from textual.widgets import Input
+from textual.worker import Worker, WorkerState
 
 from chatapp.chat.session import ChatSession
 from chatapp.config import Config
@@ -97,10 +98,11 @@ class ModelHost(ChatShell):
         except Exception as exc:  # shown to the user, app keeps running
             self.post_message(EngineFailed(f"could not start the model: {exc}"))
             return
-        self.engine = engine
-        self.post_message(EngineReady(info))
+        self.post_message(EngineReady(info, engine))
 
     def on_engine_ready(self, message: EngineReady) -> None:
+        if message.engine is not None:
+            self.engine = message.engine
         self._loading = False
         self.session.attach(self.engine, message.info)
         self.cadence = cadence_for(message.info, physical_cores())
@@ -128,6 +130,14 @@ class ModelHost(ChatShell):
         if message.status.get("state") == "done" and self.engine is not None:
             self.session.info = self.engine.info
             self.stats_panel.info = self.engine.info
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """Any background task of the app that failed: one readable line, never a traceback
+        (the workers run with exit_on_error=False; most report their own errors first)."""
+        if event.state == WorkerState.ERROR:
+            error = event.worker.error
+            what = event.worker.name or event.worker.group or "a background task"
+            self.notify(f"{what} failed: {error}", title="Error", severity="error", timeout=10)
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         self.load_error = message.message
