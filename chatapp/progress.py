@@ -7,7 +7,8 @@ import sys
 import time
 
 
-def _bytes(n: float) -> str:
+def bytes_text(n: float) -> str:
+    """A size in bytes as people read it: '4.4 GB', '145.0 MB', '512 B'."""
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= size:
             return f"{n / size:.1f} {unit}"
@@ -30,7 +31,7 @@ def progress_text(done: float, total: float, seconds: float, unit: str = "tokens
     rate = done / seconds if seconds > 0 else 0.0
     left = f", {_left((total - done) / rate)} left" if rate > 0 and done < total else ""
     if unit == "bytes":
-        return f"{_bytes(done)}/{_bytes(total)}, {_bytes(rate)}/s{left}"
+        return f"{bytes_text(done)}/{bytes_text(total)}, {bytes_text(rate)}/s{left}"
     return f"{done:.0f}/{total:.0f} {unit}, {rate:,.0f} t/s{left}"
 
 
@@ -59,7 +60,7 @@ class ProgressBar:
         bar = "█" * filled + "░" * (self.WIDTH - filled)
         text = progress_text(done - base, total - base, seconds, self.unit)
         if self.unit == "bytes":
-            text = f"{_bytes(done)}/{_bytes(total)}" + text[text.index(",") :]
+            text = f"{bytes_text(done)}/{bytes_text(total)}" + text[text.index(",") :]
         line = f"{self.name}  {bar} {text}"
         if self.tty:
             self.stream.write("\r\x1b[K" + line + ("\n" if finished else ""))

@@ -17,12 +17,6 @@ from chatapp.models.model_card import card_rows
 COMPARE_FORMATS = ("table", "json", "csv", "markdown")
 
 
-def _machine() -> tuple[int | None, int | None]:
-    """Free GPU memory (all NVIDIA GPUs together, None without one) and available RAM."""
-    gpus = fit.gpu_memory()
-    return (sum(g.free_bytes for g in gpus) if gpus else None), fit.ram_available()
-
-
 def format_card(card) -> str:
     """A model card as plain text."""
     text = "\n".join(f"{k:<16}{v}" for k, v in card_rows(card, with_path=True))
@@ -33,7 +27,7 @@ def inspect_cmd(path: str | Path, ctx: int = 4096, as_json: bool = False) -> int
     """The model card of a GGUF file and its memory needs at `ctx`."""
     header = read_header(path)
     card = card_from_header(header)
-    gpu, ram = _machine()
+    gpu, ram = fit.free_memory()
     report = fit.fit_report(fit.shape_from_header(header), ctx, -1, gpu, ram)
     if as_json:
         print(json.dumps({"card": card.to_dict(), "fit": report.to_dict()}, indent=2))
@@ -65,7 +59,7 @@ def fit_cmd(
         raise EngineError(f"the context size must be at least 1 token, got {ctx}")
     if memory_gb is not None and memory_gb <= 0:
         raise EngineError(f"--memory must be a positive number of GiB, got {memory_gb:g}")
-    gpu, ram = _machine()
+    gpu, ram = fit.free_memory()
     out: dict = {}
     text = []
     if params_b is not None:

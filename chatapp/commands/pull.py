@@ -7,6 +7,7 @@ import json
 import sys
 
 from chatapp.errors import UsageError
+from chatapp.models import fit
 from chatapp.models.hub import picker
 from chatapp.models.hub.pull import pull
 from chatapp.models.hub.repo_files import list_repo
@@ -70,7 +71,7 @@ def list_cmd(specs: list[str], n_ctx: int, as_json: bool = False, fresh: bool = 
     except Exception as exc:  # no speed column rather than no list
         _say(f"note: no speed estimate: the calibration decode failed ({exc})")
         cal = None
-    gpu_free, ram_free = picker._machine()
+    gpu_free, ram_free = fit.free_memory()
     out = []
     for spec in parsed:
         listing = list_repo(spec.repo)

@@ -209,6 +209,12 @@ def gpu_memory(timeout: float = 5.0) -> list[GpuMemory]:
     return parse_nvidia_smi(out.stdout) if out.returncode == 0 else []
 
 
+def free_memory() -> tuple[int | None, int | None]:
+    """(free GPU memory, all NVIDIA GPUs together: None without one; available RAM)."""
+    gpus = gpu_memory()
+    return (sum(g.free_bytes for g in gpus) if gpus else None), ram_available()
+
+
 def parse_meminfo(text: str) -> dict[str, int]:
     """/proc/meminfo as bytes per field."""
     fields = {}

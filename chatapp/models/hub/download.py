@@ -20,6 +20,7 @@ from pathlib import Path
 from chatapp.errors import HubError
 from chatapp.models.hub.repo_files import Part
 from chatapp.models.sources import hf_cache
+from chatapp.progress import bytes_text
 
 CHUNK = 1 << 20
 DISK_MARGIN = 64 << 20  # bytes left free after a download, at least
@@ -35,10 +36,6 @@ class Fetched:
     sha256: str
     size_bytes: int
     resumed_from: int | None
-
-
-def gb(n: int | float) -> str:
-    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
 def blob_path(repo: str, part: Part) -> Path:
@@ -98,8 +95,8 @@ def check_disk(folder: Path, needed: int, what: str) -> None:
     if needed + DISK_MARGIN > free:
         mount = _mount_point(folder)
         raise HubError(
-            f"{what} needs {gb(needed)}, {gb(free)} free on {mount}: free some space, or point "
-            "HF_HUB_CACHE at a larger disk"
+            f"{what} needs {bytes_text(needed)}, {bytes_text(free)} free on {mount}: free some "
+            "space, or point HF_HUB_CACHE at a larger disk"
         )
 
 
@@ -190,9 +187,9 @@ def _download(
                     raise _stopped(done, size) from exc
                 except OSError as exc:  # the disk filled up (or went away) mid-file
                     raise HubError(
-                        f"writing {partial.name} failed at {gb(done)} of {gb(size)} "
-                        f"({exc.strerror or exc}): free some space, then run the same "
-                        "command again; it resumes where it stopped"
+                        f"writing {partial.name} failed at {bytes_text(done)} of "
+                        f"{bytes_text(size)} ({exc.strerror or exc}): free some space, then run "
+                        "the same command again; it resumes where it stopped"
                     ) from exc
                 finally:
                     f.flush()
@@ -203,6 +200,6 @@ def _download(
 
 def _stopped(done: int, size: int) -> HubError:
     return HubError(
-        f"the download stopped at {gb(done)} of {gb(size)} (the connection dropped): run the "
-        "same command again; it resumes where it stopped"
+        f"the download stopped at {bytes_text(done)} of {bytes_text(size)} (the connection "
+        "dropped): run the same command again; it resumes where it stopped"
     )

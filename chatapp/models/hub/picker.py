@@ -82,7 +82,7 @@ def rows(
     listing: Listing, n_ctx: int, calibration: Calibration | None, machine: tuple | None = None
 ) -> list[QuantRow]:
     """The repo's model files, smallest first, with one recommended (none if nothing fits)."""
-    gpu_free, ram_free = machine or _machine()
+    gpu_free, ram_free = machine or fit.free_memory()
     shape = shape_for(listing)
     params = params_of(listing)
     cached = {name for name, _ in hf_cache.cached_ggufs(listing.repo)}
@@ -117,11 +117,6 @@ def _with(row: QuantRow, **changes) -> QuantRow:
     from dataclasses import replace
 
     return replace(row, **changes)
-
-
-def _machine() -> tuple[int | None, int | None]:
-    gpus = fit.gpu_memory()
-    return (sum(g.free_bytes for g in gpus) if gpus else None), fit.ram_available()
 
 
 def _where(need: int, gpu_free: int | None, ram_free: int | None) -> str:

@@ -14,6 +14,7 @@ from chatapp.models.hub.client import offline, offline_error
 from chatapp.models.hub.repo_files import Listing, Part, RepoFile, choose, group_parts, list_repo
 from chatapp.models.sources import hf_cache
 from chatapp.models.specs import ModelSpec, parse_spec
+from chatapp.progress import bytes_text
 
 ProgressFactory = Callable[[str], download.Progress | None]
 
@@ -105,7 +106,7 @@ def pull(
         else:
             say(
                 f"{spec.repo}/{chosen.filename} changed upstream: downloading "
-                f"{download.gb(chosen.size)} (commit {listing.commit[:8]})"
+                f"{bytes_text(chosen.size)} (commit {listing.commit[:8]})"
             )
     return fetch_all(spec.text, listing, chosen, progress, say)
 
@@ -130,7 +131,7 @@ def fetch_all(
     for part in chosen.parts:
         already = _partial_size(listing.repo, part)
         if already and not _have(listing.repo, part):
-            say(f"resuming {part.filename} at {download.gb(already)} of {download.gb(part.size)}")
+            say(f"resuming {part.filename} at {bytes_text(already)} of {bytes_text(part.size)}")
         bar = progress(part.filename) if progress else None
         got = download.fetch(listing.repo, listing.commit, part, bar)
         results.append(got)

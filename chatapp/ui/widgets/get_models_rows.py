@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from chatapp.models.hub import picker
-from chatapp.models.hub.download import gb
 from chatapp.models.hub.repo_files import Listing
 from chatapp.models.hub.speed import Calibration
+from chatapp.progress import bytes_text
 
 # `chatapp pull --list`'s columns, narrower: ✓ marked, ★ recommended; fits here: where it
 # runs (GPU or RAM) or "no"; t/s here: the expected decode speed; here: downloaded already
@@ -51,9 +51,9 @@ def file_cells(r: picker.QuantRow, marked: bool, bad: str) -> list[str | Text]:
     return [
         ("✓" if marked else " ") + ("★" if r.recommended else ""),
         r.quant or "?",
-        gb(r.size_bytes),
+        bytes_text(r.size_bytes),
         f"{r.bits_per_weight:.2f}" if r.bits_per_weight else "-",
-        gb(r.memory_bytes),
+        bytes_text(r.memory_bytes),
         r.where if r.fits else Text("no", style=bad),
         f"~{r.expected_decode_tps:.0f}" if r.expected_decode_tps else "-",
         "yes" if r.downloaded else "",

@@ -14,10 +14,9 @@ from textual.message import Message
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from chatapp.errors import ChatappError
-from chatapp.models.hub.download import gb
 from chatapp.models.hub.repo_files import Listing
 from chatapp.models.specs import ModelSpec
-from chatapp.progress import progress_text
+from chatapp.progress import bytes_text, progress_text
 
 EVERY_S = 0.1  # progress is posted at most this often (the last one always)
 
@@ -145,8 +144,8 @@ class HubDownloads:
             except Stopped:
                 done, total = seen.get("done", 0), seen.get("total", 0)
                 end = DownloadState(
-                    f"stopped {f.name} at {gb(done)} of {gb(total)}: the partial file stays; "
-                    "downloading it again resumes there"
+                    f"stopped {f.name} at {bytes_text(done)} of {bytes_text(total)}: the partial "
+                    "file stays; downloading it again resumes there"
                     if done
                     else f"stopped {f.name} before its first byte"
                 )
@@ -193,6 +192,6 @@ class HubDownloads:
 
 def _done_line(name: str, size: int, resumed_from: int | None) -> str:
     if resumed_from is None:
-        return f"{name} is here already ({gb(size)})"
-    resumed = f", resumed from {gb(resumed_from)}" if resumed_from else ""
-    return f"downloaded {name} ({gb(size)}{resumed}, sha256 checked)"
+        return f"{name} is here already ({bytes_text(size)})"
+    resumed = f", resumed from {bytes_text(resumed_from)}" if resumed_from else ""
+    return f"downloaded {name} ({bytes_text(size)}{resumed}, sha256 checked)"
