@@ -42,6 +42,17 @@ async def ask(pilot, app: ChatApp, text: str) -> None:
     await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
 
 
+def greedy_app(max_tokens: int, **kwargs) -> ChatApp:
+    """The real app on the bundled model (ctx 2048, CPU), greedy: what most shots show."""
+    options = LoadOptions(model_path=str(smollm2_path()), n_ctx=2048, n_gpu_layers=0)
+    return ChatApp(
+        lambda: LocalEngine(options),
+        settings=SamplerSettings(temperature=0.0, max_tokens=max_tokens),
+        model_label="SmolLM2-135M-Instruct.Q4_1.gguf",
+        **kwargs,
+    )
+
+
 def most_uncertain_step(tokens) -> int:
     """The step whose best candidate is least sure: the most interesting one to show."""
     return min(
@@ -119,12 +130,7 @@ async def thinking_shot() -> None:
 
 async def pick_shot() -> None:
     """A token picked in the Next-token panel: the reply goes on from it as branch 2/2."""
-    options = LoadOptions(model_path=str(smollm2_path()), n_ctx=2048, n_gpu_layers=0)
-    app = ChatApp(
-        lambda: LocalEngine(options),
-        settings=SamplerSettings(temperature=0.0, max_tokens=60),
-        model_label="SmolLM2-135M-Instruct.Q4_1.gguf",
-    )
+    app = greedy_app(60)
     async with app.run_test(size=SIZE) as pilot:
         await ask(pilot, app, "Describe the sea at night in two sentences.")
         step = most_uncertain_step(app.last_reply.tokens[:20])
@@ -153,13 +159,7 @@ async def drafts_shot() -> None:
     Tokens tab, the drafts turned down shown (d), the Speed panel's note on the reply."""
     from chatapp.config import Config
 
-    options = LoadOptions(model_path=str(smollm2_path()), n_ctx=2048, n_gpu_layers=0)
-    app = ChatApp(
-        lambda: LocalEngine(options),
-        settings=SamplerSettings(temperature=0.0, max_tokens=120),
-        model_label="SmolLM2-135M-Instruct.Q4_1.gguf",
-        config=Config(draft="ngram"),
-    )
+    app = greedy_app(120, config=Config(draft="ngram"))
     async with app.run_test(size=SIZE) as pilot:
         await ask(pilot, app, REWRITE)
         app.query_one("#tabs").active = "tab-tokens"
@@ -208,12 +208,7 @@ async def inside_shot() -> None:
 
     from chatapp.ui.widgets.inside import InsidePanel
 
-    options = LoadOptions(model_path=str(smollm2_path()), n_ctx=2048, n_gpu_layers=0)
-    app = ChatApp(
-        lambda: LocalEngine(options),
-        settings=SamplerSettings(temperature=0.0, max_tokens=24),
-        model_label="SmolLM2-135M-Instruct.Q4_1.gguf",
-    )
+    app = greedy_app(24)
     async with app.run_test(size=(170, 50)) as pilot:
         await ask(pilot, app, "What is the capital of France? Answer in one sentence.")
         tokens = app.last_reply.tokens
@@ -241,12 +236,7 @@ async def grammar_shot() -> None:
     """A reply held to a JSON schema: the Next token panel marks what the grammar cut (⊘)."""
     from chatapp.engine.grammar import grammar_from_schema_text
 
-    options = LoadOptions(model_path=str(smollm2_path()), n_ctx=2048, n_gpu_layers=0)
-    app = ChatApp(
-        lambda: LocalEngine(options),
-        settings=SamplerSettings(temperature=0.0, max_tokens=60),
-        model_label="SmolLM2-135M-Instruct.Q4_1.gguf",
-    )
+    app = greedy_app(60)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.engine is not None)
         app.session.grammar = grammar_from_schema_text(GRAMMAR_SCHEMA, "schema city.json")
