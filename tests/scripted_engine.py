@@ -28,6 +28,9 @@ from chatapp.sampling import SamplerSettings
 WORDS = "The sea is calm tonight . The tide is full , the moon lies fair upon the straits".split()
 
 
+PINNED_START = 1000.0  # the made-up clock of pinned_gaps starts here (seconds)
+
+
 class ScriptedEngine:
     """Replies with the words above, one token per word, `delay` seconds apart."""
 
@@ -85,15 +88,19 @@ class ScriptedEngine:
     def generate(self, request: GenerateRequest) -> Iterator:
         self.requests.append(request)
         self._cancel.clear()
-        t0 = time.perf_counter()
+        # With pinned gaps the whole clock is made up, from a fixed start: token intervals
+        # computed from perf_counter's ever larger values round differently as the machine's
+        # uptime grows, and a sparkline colour moved by one unit between runs.
+        t0 = PINNED_START if self.pinned_gaps else time.perf_counter()
         start = TokenPiece(1, b"<|im_start|>", special=True)
         prompt = [start, TokenPiece(2, b"user"), TokenPiece(3, b"\n")]
         for m in request.messages:
             prompt += [TokenPiece(100 + i, w.encode()) for i, w in enumerate(m.content.split())]
         prefill_s = self.pinned_stats.prefill_s if self.pinned_stats else 0.001
         yield PromptEvaluated(
-            tuple(prompt), "<|im_start|>user\n...", len(prompt), 0, prefill_s, time.perf_counter()
-        )
+            tuple(prompt), "<|im_start|>user\n...", len(prompt), 0, prefill_s,
+            t0 + prefill_s if self.pinned_gaps else time.perf_counter(),
+        )  # fmt: skip
         if self.fail_with:
             yield Failed(self.fail_with)
             return
