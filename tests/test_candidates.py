@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
-from chatapp.engine.local.candidates import rank, token_logprob, top_candidates
+from chatapp.engine.local.candidates import (
+    rank,
+    ranked_size,
+    step_facts,
+    token_logprob,
+    top_candidates,
+)
 from chatapp.sampling import SamplerSettings
 
 N_VOCAB = 49152
@@ -118,3 +126,44 @@ def test_rank_of_a_flat_row_and_of_ties():
     small = np.arange(100, dtype=np.float32)  # fewer blocks than m: the plain path
     idx, _ = rank(small, 64)
     assert sorted(idx.tolist()) == list(range(36, 100))
+
+
+class _Window(set):
+    """A penalty window as step_facts reads it (token_loop.RecentTokens: counts, membership)."""
+
+    @property
+    def counts(self) -> dict[int, int]:
+        return dict.fromkeys(self, 1)
+
+
+@pytest.mark.parametrize("spread", [0.5, 2.0, 8.0])
+@pytest.mark.parametrize(
+    "settings", [s for s in SETTINGS if s.greedy or s.top_k > 0], ids=lambda s: f"k{s.top_k}"
+)
+def test_rows_made_later_from_a_steps_facts_equal_the_rows_made_at_once(settings, spread):
+    """The token loop keeps raw facts (step_facts) and the rows are made when shown: the same
+    rows as top_candidates, pieces included, after the trip through the pipe (pickle)."""
+    for seed in range(3):
+        logits = _logits(seed, spread)
+        recent = _Window(int(t) for t in np.argsort(logits)[-30:][::3])
+        m = ranked_size(settings, 10, N_VOCAB)
+        idx, log_z = rank(logits, m)
+        piece = lambda t: str(t).encode()  # noqa: E731
+        facts = step_facts(logits, idx, log_z, settings, recent, 10, piece)
+        assert facts._rows is None and len(facts) == 10 and facts  # no rows made for these
+        sent = pickle.loads(pickle.dumps(facts))
+        assert sent._rows is None
+        want = top_candidates(logits, settings, recent, 10, piece, idx=idx, log_z=log_z)
+        assert sent == want and tuple(sent) == want
+        assert [c.text for c in sent] == [str(c.id) for c in want]
+
+
+def test_a_steps_facts_compare_without_making_rows():
+    logits = _logits(0, 2.0)
+    s = SETTINGS[0]
+    idx, log_z = rank(logits, ranked_size(s, 10, N_VOCAB))
+    a = step_facts(logits, idx, log_z, s, _Window(), 10, lambda t: b"x")
+    b = step_facts(logits, idx, log_z, s, _Window(), 10, lambda t: b"x")
+    assert a == a and a != b  # a reactive's check: identity of the facts, nothing derived
+    assert a._rows is None and b._rows is None
+    assert a[0].id == int(idx[np.argmax(logits[idx])]) and a._rows is not None

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from chatapp.engine.candidate_rows import Candidate
 from chatapp.errors import ChatappError
 from chatapp.metrics import GenerationStats
 from chatapp.sampling import SamplerSettings
@@ -168,28 +169,6 @@ class TokenPiece:
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """One candidate for the next token."""
-
-    id: int
-    piece: bytes
-    p: float  # probability before the samplers (softmax of the logits)
-    p_final: float  # probability after penalties, top-k, top-p, min-p and temperature
-    kept_top_k: bool = True
-    kept_top_p: bool = True
-    kept_min_p: bool = True
-    kept_grammar: bool = True  # False: the request's grammar does not allow this token here
-
-    @property
-    def kept(self) -> bool:
-        return self.kept_top_k and self.kept_top_p and self.kept_min_p and self.kept_grammar
-
-    @property
-    def text(self) -> str:
-        return self.piece.decode("utf-8", errors="replace")
-
-
-@dataclass(frozen=True)
 class PromptEvaluated:
     """The prompt went through the template and prefill."""
 
@@ -211,7 +190,9 @@ class Token:
     text: str  # decoded text delta (may be "" while a UTF-8 character is split)
     t: float  # perf_counter when sampled
     logprob: float | None = None  # log p of this token before the samplers
-    candidates: tuple[Candidate, ...] = ()
+    candidates: Sequence[Candidate] = ()
+    """Best first (top_n of them); from the local engine a Candidates, its rows made when
+    first read."""
     drafted: bool = False  # speculative decoding: a draft token the model's sampling agreed with
     rejected: tuple[bytes, ...] = ()  # draft tokens proposed from this position, turned down
     seq: int = 0  # which of the alternatives decoded together (GenerateRequest.n_alternatives)

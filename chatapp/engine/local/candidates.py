@@ -1,13 +1,14 @@
-"""Top candidates of the next token, before and after the sampler chain (numpy, no llama.cpp)."""
+"""The next token's best candidates ranked in a few numpy passes, and what a step keeps of them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container
-from math import exp, fsum, log
+from collections.abc import Callable, Container, Mapping, Sized
+from math import log
+from typing import Protocol
 
 import numpy as np
 
-from chatapp.engine.protocol import Candidate
+from chatapp.engine.candidate_rows import Candidate, Candidates, StepFacts, candidate_rows
 from chatapp.sampling import SamplerSettings
 
 # How many candidates are ranked per step (more than are shown, so cuts are exact in practice).
@@ -17,6 +18,12 @@ RANKED = 64
 BLOCK = 64
 
 _SCRATCH: dict[int, np.ndarray] = {}
+
+
+class RecentWindow(Container[int], Sized, Protocol):
+    """The penalty window (token_loop.RecentTokens): its tokens' counts."""
+
+    counts: Mapping[int, int]
 
 
 def _scratch(n: int) -> np.ndarray:
@@ -117,15 +124,6 @@ def rank(logits: np.ndarray, m: int, normalize: bool = True) -> tuple[np.ndarray
     return sel, log_z
 
 
-def penalized(raw: list[float], ids: list[int], recent: Container[int], rp: float) -> list[float]:
-    """Logits after llama.cpp's repetition penalty: positive ones divided, negative multiplied."""
-    if rp == 1.0 or not recent:
-        return raw
-    return [
-        (v / rp if v > 0 else v * rp) if t in recent else v for t, v in zip(ids, raw, strict=True)
-    ]
-
-
 def top_candidates(
     logits: np.ndarray,
     settings: SamplerSettings,
@@ -138,123 +136,69 @@ def top_candidates(
     log_z_allowed: float | None = None,
     tail: np.ndarray | None = None,
 ) -> tuple[Candidate, ...]:
-    """Rank candidates as the native chain does: (grammar,) penalties, top-k, top-p, min-p,
-    temperature.
-
-    Returns the top `top_n` candidates. Probabilities after the samplers are exact when the
-    kept set lies within the ranked best (top-k bounds it); otherwise the tail outside them is
-    counted with its raw logits. Plain Python floats (float64) over the ~100 ranked values:
-    cheaper than a few dozen numpy calls on tiny arrays, each slow with the caches cold (this
-    runs right after a decode, on every token).
+    """The candidate rows of one step, made now (candidate_rows.candidate_rows over the ranked
+    tokens): for the steps whose facts alone cannot make them later, top-k off (the kept set
+    reaches past the ranked tokens: the rest is counted with its raw logits) or a grammar.
 
     With a grammar, `allowed` says which of `idx` it allows (the caller ranks enough allowed
-    tokens for top-k: engine/local/grammar.py); the samplers see those only, the list shows
-    the best raw candidates, each cut by the grammar marked. `log_z_allowed` (the normalizer
-    of the allowed tokens) and `tail` (the logits the grammar left, -inf elsewhere) stand in
-    for the whole vocabulary's when top-k does not bound the kept set.
+    tokens for top-k: engine/local/grammar.py); `log_z_allowed` (the normalizer of the
+    allowed tokens) and `tail` (the logits the grammar left, -inf elsewhere) stand in for the
+    whole vocabulary's when top-k does not bound the kept set.
     """
     if idx is None or log_z is None:
         idx, log_z = rank(logits, ranked_size(settings, top_n, logits.shape[0]))
-    m = idx.shape[0]
     ids0 = idx.tolist()
-    raw0 = logits[idx].tolist()
-    pen0 = penalized(raw0, ids0, recent, settings.repeat_penalty)
-    order = sorted(range(m), key=pen0.__getitem__, reverse=True)  # stable for ties
-    k = settings.top_k
-    if allowed is None:
-        bounded = 0 < k <= m
-        if bounded:  # nothing below the k-th (or the top_n-th shown) changes what is reported
-            order = order[: max(k, top_n)]
-        live, shown = order, order[: min(top_n, m)]
-        z_all = log_z
-    else:
-        ok = allowed.tolist()
-        bounded = 0 < k
-        live = [i for i in order if ok[i]]
-        if bounded:
-            live = live[: max(k, top_n)]
-        shown = order[:top_n]
-        if live and top_n and live[0] not in shown:  # the grammar's best stays in sight
-            shown[-1] = live[0]
-        z_all = log_z_allowed
-    n = min(top_n, len(live))
-    rest = (tail if tail is not None else logits, idx)
-    kept = _survivors(live, raw0, pen0, settings, bounded, z_all, n, rest)
-    out = []
-    flags = (True, True, True)
-    for i in shown:
-        here = kept.get(i)
-        if here is not None:
-            flags = here[:3]
-        out.append(
-            Candidate(
-                ids0[i],
-                piece(ids0[i]),
-                exp(raw0[i] - log_z),
-                here[3] if here is not None else 0.0,
-                *flags,
-                kept_grammar=allowed is None or bool(ok[i]),
-            )
-        )
-    return tuple(out)
+    rest = tail if tail is not None else logits
+
+    def tail_mass(q: list[float], z_pen: float, best: float) -> float:
+        return _kept_tail_mass(rest, idx, np.array(q), z_pen, best, settings)
+
+    return candidate_rows(
+        ids0,
+        logits[idx].tolist(),
+        log_z,
+        settings,
+        recent,
+        top_n,
+        lambda i: piece(ids0[i]),
+        allowed=None if allowed is None else allowed.tolist(),
+        log_z_allowed=log_z_allowed,
+        tail_mass=tail_mass,
+    )
 
 
-def _survivors(
-    live: list[int],
-    raw0: list[float],
-    pen0: list[float],
+def step_facts(
+    logits: np.ndarray,
+    idx: np.ndarray,
+    log_z: float,
     settings: SamplerSettings,
-    bounded: bool,
-    log_z: float | None,
-    n: int,
-    rest: tuple[np.ndarray, np.ndarray],
-) -> dict[int, tuple[bool, bool, bool, float]]:
-    """For the first n of `live` (positions into the ranked arrays, best first: the tokens the
-    samplers see): (kept by top-k, top-p, min-p; final probability). `rest`: the logits and
-    the ranked ids, for the mass of unranked tokens the samplers keep when top-k is off."""
-    if not live:
-        return {}
-    raw = [raw0[i] for i in live]
-    pen = [pen0[i] for i in live]
-    m = len(live)
-    k = settings.top_k
-    best = pen[0]
-
-    # Probabilities among the top-k survivors (the whole vocabulary when top-k is off or wide).
-    p_pen = [exp(v - best) for v in pen]
-    if bounded:
-        z_pen = fsum(p_pen[:k])
-    elif log_z is None:  # (a grammar's allowed tokens beyond the ranked ones: unknown, none)
-        z_pen = fsum(p_pen)
-    else:
-        z_pen = exp(log_z - best) - fsum(exp(v - best) for v in raw) + fsum(p_pen)
-    q = [x / z_pen for x in p_pen]
-
-    n_k = k if 0 < k < m else m  # how many survive top-k
-    n_p = m  # top-p keeps up to the first token where the mass of the top-k survivors reaches p
-    if settings.top_p < 1.0:
-        mass = 0.0
-        for i in range(n_k):
-            mass += q[i]
-            if mass >= settings.top_p:
-                n_p = i + 1
-                break
-    n_min = m  # min-p keeps a prefix too: q descends
-    if settings.min_p > 0:
-        floor = settings.min_p * q[0]
-        n_min = next((i for i, x in enumerate(q) if x < floor), m)
-    n_kept = min(n_k, n_p, n_min)
-
-    if settings.greedy:
-        final = [1.0] + [0.0] * (n - 1)
-    else:
-        t = settings.temperature
-        scaled = [exp((v - best) / t) for v in pen[:n_kept]]
-        z_final = fsum(scaled)
-        if n_kept == m and not bounded and log_z is not None:
-            z_final += _kept_tail_mass(rest[0], rest[1], np.array(q), z_pen, best, settings)
-        final = [x / z_final for x in scaled[:n]] + [0.0] * max(0, n - n_kept)
-    return {live[i]: (i < n_k, i < n_p, i < n_min, final[i]) for i in range(n)}
+    recent: RecentWindow,
+    top_n: int,
+    piece: Callable[[int], bytes],
+) -> Candidates:
+    """What a step keeps for its candidate rows (candidate_rows.StepFacts), the rows made only
+    when shown: the ranked tokens best first with their logits, which of them the penalty
+    lowers, and the pieces of the first top_n + that many. Exact where top-k or greedy bounds
+    the kept set (token_loop.subset_exact); elsewhere use top_candidates."""
+    raw = logits[idx]
+    order = np.argsort(-raw, kind="stable")  # ties in id order, as top_candidates has them
+    ids = idx[order].astype(np.int32)
+    ids_list = ids.tolist()
+    lowered: frozenset[int] = frozenset()
+    if settings.repeat_penalty != 1.0 and len(recent):
+        lowered = frozenset(recent.counts.keys() & ids_list)
+    shown = ids_list[: top_n + len(lowered)]
+    return Candidates(
+        StepFacts(
+            ids.tobytes(),
+            raw[order].tobytes(),
+            log_z,
+            settings,
+            top_n,
+            lowered,
+            tuple(map(piece, shown)),
+        )
+    )
 
 
 def _kept_tail_mass(

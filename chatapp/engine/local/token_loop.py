@@ -7,13 +7,20 @@ import ctypes
 import select
 import time
 from collections import Counter, deque
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from chatapp.engine.local import template
-from chatapp.engine.local.candidates import rank, ranked_size, token_logprob, top_candidates
+from chatapp.engine.local.candidates import (
+    rank,
+    ranked_size,
+    step_facts,
+    token_logprob,
+    top_candidates,
+)
 from chatapp.engine.local.grammar import (
     GrammarSampler,
     GrammarUnusable,
@@ -23,6 +30,7 @@ from chatapp.engine.local.grammar import (
 from chatapp.engine.local.loaded_model import FOLDED_SYSTEM_NOTE, inject_cpu_fault
 from chatapp.engine.local.speculation import Speculation
 from chatapp.engine.protocol import (
+    Candidate,
     Failed,
     Finished,
     GenerateRequest,
@@ -191,12 +199,14 @@ def sample_row(
         return sample_with_grammar(w, chain, subset, grammar, row, s, recent, m, top_n, exact)
     logits = w.logits(row)
     idx, log_z = rank(logits, m, top_n > 0)
-    cands: tuple = ()
-    if top_n > 0:
-        cands = top_candidates(logits, s, recent, top_n, w.piece, idx=idx, log_z=log_z)
+    cands: Sequence[Candidate] = ()
     if subset_exact(s, idx.shape[0]):
+        if top_n > 0:  # the facts only: the rows are made where they are shown
+            cands = step_facts(logits, idx, log_z, s, recent, top_n, w.piece)
         tok = subset.sample(chain, logits, idx)
-    else:
+    else:  # top-k off: the rows count the unranked tokens the samplers keep, now
+        if top_n > 0:
+            cands = top_candidates(logits, s, recent, top_n, w.piece, idx=idx, log_z=log_z)
         tok = w.lib.llama_sampler_sample(chain, w.ctx, row)
     logprob = token_logprob(logits, tok, log_z) if top_n > 0 else None
     return tok, cands, logprob
