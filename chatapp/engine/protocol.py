@@ -122,6 +122,13 @@ class ModelInfo:
     draft_model: str = ""  # path of the draft model loaded beside it ("" = none)
 
 
+def fills_the_cpu(info: ModelInfo, cores: int) -> bool:
+    """Whether llama.cpp's threads run (some of) the model on the CPU on every one of the
+    `cores`: then any other work on the machine, the UI's or the event pipe's, is taken from
+    the model's speed."""
+    return info.n_threads > 0 and info.n_gpu_layers < info.n_layers and info.n_threads >= cores
+
+
 @dataclass(frozen=True)
 class Grammar:
     """A constraint the reply must follow: llama.cpp's GBNF text, written by hand (a .gbnf file)

@@ -20,6 +20,7 @@ from chatapp.engine.protocol import (
     PromptEvaluated,
     SettingsApplied,
     Token,
+    fills_the_cpu,
 )
 from chatapp.ui.messages import (
     NoticeShown,
@@ -55,10 +56,7 @@ LIGHT = Cadence(text_s=0.100, panels_s=1.0, budget=0.02, ceiling_s=1.0)
 
 def cadence_for(info: ModelInfo | None, cores: int) -> Cadence:
     """LIGHT when the model's threads run on the CPU and leave no core for the UI."""
-    if info is None or info.n_threads <= 0:  # a server: its compute is elsewhere
-        return SMOOTH
-    on_cpu = info.n_gpu_layers < info.n_layers
-    return LIGHT if on_cpu and info.n_threads >= cores else SMOOTH
+    return LIGHT if info is not None and fills_the_cpu(info, cores) else SMOOTH
 
 
 # The TUI's model worker runs this much below the UI's priority: when both want the CPU the

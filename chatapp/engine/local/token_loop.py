@@ -28,6 +28,7 @@ from chatapp.engine.local.grammar import (
     start_grammar,
 )
 from chatapp.engine.local.loaded_model import FOLDED_SYSTEM_NOTE, inject_cpu_fault
+from chatapp.engine.local.machine import physical_cores
 from chatapp.engine.local.speculation import Speculation
 from chatapp.engine.protocol import (
     Candidate,
@@ -40,6 +41,7 @@ from chatapp.engine.protocol import (
     SettingsApplied,
     StopReason,
     Token,
+    fills_the_cpu,
 )
 from chatapp.metrics import stats_from_times
 from chatapp.sampling import SamplerSettings
@@ -48,9 +50,13 @@ if TYPE_CHECKING:
     from chatapp.engine.local.loaded_model import LoadedModel
 
 # Token events go at most every 50 ms (the first one at once): each send pickles, writes and
-# wakes the reader, which on a machine whose cores all run llama.cpp stalls the decode; the
-# TUI paints at 4 Hz or less while streaming, and 20 updates a second reads as smooth text.
+# wakes the reader, and 20 updates a second reads as smooth text. Where llama.cpp's threads
+# fill every core, every 100 ms: each batch then costs the decode ~0.3 ms of CPU whatever its
+# size (the write, the reader's wake-up and unpickling, all with the caches cold: 2-core
+# EPYC, 6 tokens a batch: ~60 us a token in the two processes), and the TUI paints text no
+# more often than that there (ui/streaming.py's LIGHT cadence).
 FLUSH_S = 0.05
+FLUSH_CPU_S = 0.1
 
 
 def message_waiting(conn: Connection):
@@ -222,6 +228,7 @@ class Generation:
         self.settings = req.settings
         self.pending: list = []
         self.last_flush = 0.0
+        self.flush_s = FLUSH_CPU_S if fills_the_cpu(worker.info, physical_cores()) else FLUSH_S
         self.cancelled = False
         self.new_settings: SamplerSettings | None = None
         self.has_message = message_waiting(conn)
@@ -229,7 +236,7 @@ class Generation:
     def send(self, event, flush: bool = False) -> None:
         self.pending.append(event)
         now = time.perf_counter()
-        if flush or now - self.last_flush >= FLUSH_S:
+        if flush or now - self.last_flush >= self.flush_s:
             self.conn.send(("events", self.pending))
             self.pending = []
             self.last_flush = now
