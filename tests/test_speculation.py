@@ -61,15 +61,20 @@ def test_ngram_index_follows_the_text_incrementally():
     assert d.propose([5, 6, 7, 8, 5, 6], 2) == [7, 8]
 
 
+def _rates(p: DraftPolicy, first: float, following: float) -> None:
+    p.first.hits, p.first.trials = first, 1.0
+    p.next.hits, p.next.trials = following, 1.0
+
+
 def test_the_policy_drafts_only_what_pays_for_its_batch():
     # costs as measured on the 2-core EPYC with the bundled model: rows -> seconds
     costs = {1: 0.00693, 2: 0.01281, 4: 0.01888, 8: 0.02894, 16: 0.04910, 17: 0.0515}
     p = DraftPolicy(dict(costs))
-    p.hits, p.trials = 0.63, 1.0  # free-form text: no length beats one token at a time
+    _rates(p, 0.63, 0.63)  # free-form text: no length beats one token at a time
     assert p.length(16) == 0
-    p.hits, p.trials = 0.97, 1.0  # a rewrite: long drafts
+    _rates(p, 0.97, 0.97)  # a rewrite: long drafts
     assert p.length(16) >= 10
-    p.hits, p.trials = 0.9, 1.0  # in between: a middle length
+    _rates(p, 0.9, 0.9)  # in between: a middle length
     assert 3 <= p.length(16) <= 8
     assert p.length(2) <= 2  # never past the room left
     # with no costs measured yet, a prior; interpolation between measured row counts
@@ -77,14 +82,52 @@ def test_the_policy_drafts_only_what_pays_for_its_batch():
     assert p.cost(3) == pytest.approx(1.85 * DraftPolicy().cost(3) / DraftPolicy().cost(2), 0.01)
 
 
+def test_a_copy_that_runs_is_drafted_long_and_a_new_lookup_short_or_not_at_all():
+    """An edit: the copy's tokens nearly always right, a lookup after a replaced word often
+    wrong. Going on with the copy drafts long; a new lookup drafts less, or nothing."""
+    costs = {1: 0.00693, 2: 0.01281, 4: 0.01888, 8: 0.02894, 16: 0.04910, 17: 0.0515}
+    p = DraftPolicy(dict(costs))
+    _rates(p, 0.3, 0.98)
+    assert p.length(16, continuing=True) >= 8
+    assert p.length(16, continuing=False) < p.length(16, continuing=True)
+    p.observe(0, 1)  # a new lookup wrong at once: only the first-token chance falls
+    p.observe(5, 5, continuing=True)
+    assert p.first.value < 0.3 and p.next.value > 0.98
+
+
 def test_acceptance_follows_the_reply_and_forgets_slowly():
     p = DraftPolicy()
-    start = p.accept
-    p.observe(0, 5)
-    assert p.accept < start
-    low = p.accept
+    start = p.first.value
+    p.observe(0, 5)  # wrong at the first token
+    assert p.first.value < start
+    low = p.next.value
     p.observe(8, 8)
-    assert p.accept > low
+    assert p.next.value > low
+
+
+def test_a_reply_that_copies_is_followed_past_repeated_phrases():
+    """The copy goes on from where the last draft came from, not from the latest occurrence
+    of the last n-gram (a passage repeats its phrases)."""
+    src = [1, 2, 3, 4, 10, 11, 1, 2, 3, 4, 20, 21, 22, 99]  # "1 2 3 4" twice, then apart
+    d = NgramDrafter()
+    assert d.propose([*src, 1, 2, 3, 4], 2) == [20, 21]  # a lookup: the latest occurrence
+    d = NgramDrafter()
+    d.propose([*src, 1, 2], 2)
+    d.cursor = 2  # the first copy is the one followed: its 3 is next
+    assert d.follows([*src, 1, 2, 3, 4])
+    assert d.propose([*src, 1, 2, 3, 4], 3) == [10, 11, 1]  # not 20 21 22
+
+
+def test_after_a_replaced_word_the_copy_is_found_again_nearby():
+    d = NgramDrafter()
+    src = [7, 8, 30, 31, 9, 5, 6, 40, 41, 42, 43]  # ... "30 31" is the old name
+    text = [*src, 0, 7, 8]
+    assert d.propose(text, 2) == [30, 31]  # follows the copy
+    renamed = [*text, 50]  # the new name instead
+    assert not d.follows(renamed) and d.left == 2
+    # one token after the new name, found just after where the copy was left: it goes on
+    assert d.propose([*renamed, 9], 3) == [5, 6, 40]
+    assert d.follows([*renamed, 9, 5, 6, 40])
 
 
 # ---- the acceptance rule on fixed logits ----------------------------------------------------

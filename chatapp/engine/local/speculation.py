@@ -41,6 +41,9 @@ class Speculation:
             worker.batch_costs = {}  # rows -> seconds: what batches cost this model here
         self.policy = DraftPolicy(worker.batch_costs)
         self.shadow: list[int] = []  # a lookup not drafted: compared with what comes
+        self.shadow_compared = 0  # of its tokens so far
+        self.shadow_continuing = False  # it went on with a followed copy
+        self.continuing = False  # the current batch's draft went on with a followed copy
         self.since_draft = PROBE_EVERY  # a draft model probes at once, then when idle this long
         self.proposed = 0  # draft tokens the model checked
         self.accepted = 0
@@ -77,11 +80,15 @@ class Speculation:
             return w.decode_one(tok)
         if self.shadow:  # the lookup not drafted last time, against the token that came
             hit = self.shadow[0] == tok
-            self.policy.observe(int(hit), 1)
+            cont = self.shadow_continuing or self.shadow_compared > 0
+            self.policy.observe(int(hit), 1, continuing=cont)
             self.shadow = self.shadow[1:] if hit else []
+            self.shadow_compared += 1
         drafts: list[int] = []
         room = min(w.n_ctx - len(w.kv_tokens) - 1, left - 1)
-        k = self.policy.length(room) if room > 0 else 0
+        follows = getattr(self.drafter, "follows", None)
+        continuing = bool(room > 0 and follows is not None and follows(w.kv_tokens + [tok]))
+        k = self.policy.length(room, continuing) if room > 0 else 0
         self.since_draft += 1
         if k == 0 and self.drafter.name != "ngram" and self.since_draft > PROBE_EVERY:
             k = min(PROBE_LENGTH, room)  # a draft model is only judged by drafting: probe
@@ -93,6 +100,7 @@ class Speculation:
             self.policy.proposed(len(drafts), time.perf_counter() - t0)
         elif room > 0 and self.drafter.name == "ngram" and not self.shadow:
             self.shadow = self.drafter.propose(w.kv_tokens + [tok], 4)  # a lookup costs ~µs
+            self.shadow_compared, self.shadow_continuing = 0, continuing
         t0 = time.perf_counter()
         code = w.decode([tok, *drafts], logits_all=True) if drafts else w.decode_one(tok)
         if code != 0:
@@ -101,6 +109,7 @@ class Speculation:
         self.policy.timed(1 + len(drafts), time.perf_counter() - t0)
         if drafts:
             self.drafts, self.row = drafts, 0
+            self.continuing = continuing
             self.batches += 1
         return code
 
@@ -114,7 +123,7 @@ class Speculation:
         accepted = self.row
         compared = min(len(self.drafts), accepted + 1)
         self.proposed += compared
-        self.policy.observe(accepted, compared)
+        self.policy.observe(accepted, compared, continuing=self.continuing)
         self.w.drop_last(self.unverified)
         self.drafts, self.row = [], -1
 
