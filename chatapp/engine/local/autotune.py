@@ -90,34 +90,52 @@ class AutoTune:
     def _run(self) -> Iterator[None]:
         self._cpu_before = _cpu_seconds()
         ids = self._filler(DEEP + DECODE_TOKENS + 2)
-        for fa in sorted({t.flash_attn for t in self.trials}):
-            trials = [t for t in self.trials if t.flash_attn == fa]
-            ctx = self._scratch(fa)
-            try:
-                yield from self._measure(ctx, trials, ids)
-            finally:
+        # One scratch context per flash attention setting, both open, and the trials taken
+        # in turn: timed in separate stretches, a machine whose speed drifts (a shared host)
+        # decides between them instead of the settings (on the 2-core EPYC, flash attention
+        # off then on in two stretches chose off where llama-bench found on as fast or faster
+        # at every depth with 256 tokens).
+        contexts: dict[bool, object] = {}
+        try:
+            for fa in sorted({t.flash_attn for t in self.trials}):
+                contexts[fa] = self._scratch(fa)
+            yield from self._measure(contexts, ids)
+        finally:
+            for ctx in contexts.values():
                 self.w.lib.llama_free(ctx)
         self._finish()
 
-    def _measure(self, ctx, trials: list[Trial], ids: list[int]) -> Iterator[None]:
+    def _measure(self, contexts: dict[bool, object], ids: list[int]) -> Iterator[None]:
         lib = self.w.lib
-        mem = lib.llama_get_memory(ctx)
+        mems = {fa: lib.llama_get_memory(ctx) for fa, ctx in contexts.items()}
         for _ in range(ROUNDS):  # depth 0
-            for trial in trials:
-                lib.llama_memory_clear(mem, True)
-                yield from self._time(ctx, trial, 0, ids)
-        lib.llama_memory_clear(mem, True)
+            for trial in self.trials:
+                lib.llama_memory_clear(mems[trial.flash_attn], True)
+                yield from self._time(contexts[trial.flash_attn], trial, 0, ids)
+        depth = DEEP
+        for fa, ctx in contexts.items():  # the same depth in each (a slow model: less)
+            lib.llama_memory_clear(mems[fa], True)
+            depth = yield from self._fill(ctx, ids, depth)
+        for fa in contexts:
+            lib.llama_memory_seq_rm(mems[fa], -1, depth, -1)
+        for _ in range(ROUNDS):
+            for trial in self.trials:
+                mem = mems[trial.flash_attn]
+                lib.llama_memory_seq_rm(mem, -1, depth, -1)  # back to the same depth each time
+                yield from self._time(contexts[trial.flash_attn], trial, depth, ids)
+
+    def _fill(self, ctx, ids: list[int], limit: int) -> Iterator[None]:
+        """Prefill a scratch context up to `limit` tokens, in slices, within the budget of
+        PREFILL_BUDGET_S; returns the depth reached."""
+        lib = self.w.lib
         depth, chunk, t0 = 0, 16, time.perf_counter()
-        while depth < DEEP and time.perf_counter() - t0 < PREFILL_BUDGET_S:
-            n = min(chunk, DEEP - depth)
+        while depth < limit and time.perf_counter() - t0 < PREFILL_BUDGET_S:
+            n = min(chunk, limit - depth)
             took = _decode(lib, ctx, ids[depth : depth + n])
             depth += n
             chunk = max(1, min(256, int(n * SLICE_S / max(took, 1e-6))))
             yield
-        for _ in range(ROUNDS):
-            for trial in trials:
-                lib.llama_memory_seq_rm(mem, -1, depth, -1)  # back to the same depth each time
-                yield from self._time(ctx, trial, depth, ids)
+        return depth
 
     def _time(self, ctx, trial: Trial, depth: int, ids: list[int]) -> Iterator[None]:
         lib = self.w.lib
