@@ -86,8 +86,9 @@ class Speculation:
             self.shadow_compared += 1
         drafts: list[int] = []
         room = min(w.n_ctx - len(w.kv_tokens) - 1, left - 1)
+        text = [*w.kv_tokens, tok]  # (a copy of the whole text: made once a step)
         follows = getattr(self.drafter, "follows", None)
-        continuing = bool(room > 0 and follows is not None and follows(w.kv_tokens + [tok]))
+        continuing = bool(room > 0 and follows is not None and follows(text))
         k = self.policy.length(room, continuing) if room > 0 else 0
         self.since_draft += 1
         if k == 0 and self.drafter.name != "ngram" and self.since_draft > PROBE_EVERY:
@@ -96,10 +97,10 @@ class Speculation:
             self.since_draft = 0
             self.shadow = []
             t0 = time.perf_counter()
-            drafts = self.drafter.propose(w.kv_tokens + [tok], k)[:k]
+            drafts = self.drafter.propose(text, k)[:k]
             self.policy.proposed(len(drafts), time.perf_counter() - t0)
         elif room > 0 and self.drafter.name == "ngram" and not self.shadow:
-            self.shadow = self.drafter.propose(w.kv_tokens + [tok], 4)  # a lookup costs ~µs
+            self.shadow = self.drafter.propose(text, 4)  # a lookup costs ~µs
             self.shadow_compared, self.shadow_continuing = 0, continuing
         t0 = time.perf_counter()
         code = w.decode([tok, *drafts], logits_all=True) if drafts else w.decode_one(tok)
