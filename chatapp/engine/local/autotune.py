@@ -9,7 +9,6 @@ context of its own, so the main context's KV cache (the conversation) is never t
 from __future__ import annotations
 
 import ctypes
-import math
 import os
 import statistics
 import time
@@ -48,9 +47,8 @@ class Trial:
 
     @property
     def score(self) -> float:
-        """Geometric mean over the depths: a chat lives at every depth."""
-        rates = [r for r in self.rates.values() if r > 0]
-        return math.exp(sum(math.log(r) for r in rates) / len(rates)) if rates else 0.0
+        """Geometric mean over the depths, as `chatapp tune` scores."""
+        return tune.depth_score(self.rates)
 
     def label(self) -> str:
         threads = f"{self.threads} thread" + ("s" if self.threads != 1 else "")

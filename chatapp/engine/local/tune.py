@@ -43,11 +43,14 @@ class Measured:
 
     @property
     def score(self) -> float:
-        """Geometric mean of decode t/s over the depths (a chat lives at every depth)."""
-        rates = [r for r in self.decode.values() if r > 0]
-        if self.error or not rates:
-            return 0.0
-        return math.exp(sum(math.log(r) for r in rates) / len(rates))
+        return 0.0 if self.error else depth_score(self.decode)
+
+
+def depth_score(decode_tps: dict[int, float]) -> float:
+    """Geometric mean of decode t/s over the depths (a chat lives at every depth); 0 when
+    none decoded."""
+    rates = [r for r in decode_tps.values() if r > 0]
+    return math.exp(sum(math.log(r) for r in rates) / len(rates)) if rates else 0.0
 
 
 def thread_counts() -> list[int]:
