@@ -24,11 +24,13 @@ def _left(seconds: float) -> str:
     return f"{seconds // 60}:{seconds % 60:02d}"
 
 
-def progress_text(done: float, total: float, seconds: float, unit: str = "tokens") -> str:
+def progress_text(
+    done: float, total: float, seconds: float, unit: str = "tokens", base: float = 0
+) -> str:
     """'120/512 tokens, 85 t/s, 5 s left' or, with unit "bytes", '1.2 GB/4.4 GB, 35.0 MB/s,
-    1:32 left'. The rate is over `seconds` (what this run did: pass the bytes this run
-    fetched as done - resumed, or the rate would include bytes fetched before)."""
-    rate = done / seconds if seconds > 0 else 0.0
+    1:32 left'. The rate is over what this run did in `seconds`: `base` is what was done
+    before it (a resumed download), counted in done and total but not in the rate."""
+    rate = (done - base) / seconds if seconds > 0 else 0.0
     left = f", {_left((total - done) / rate)} left" if rate > 0 and done < total else ""
     if unit == "bytes":
         return f"{bytes_text(done)}/{bytes_text(total)}, {bytes_text(rate)}/s{left}"
@@ -58,10 +60,7 @@ class ProgressBar:
         self._drawn = now
         filled = int(self.WIDTH * done / max(total, 1))
         bar = "█" * filled + "░" * (self.WIDTH - filled)
-        text = progress_text(done - base, total - base, seconds, self.unit)
-        if self.unit == "bytes":
-            text = f"{bytes_text(done)}/{bytes_text(total)}" + text[text.index(",") :]
-        line = f"{self.name}  {bar} {text}"
+        line = f"{self.name}  {bar} {progress_text(done, total, seconds, self.unit, base)}"
         if self.tty:
             self.stream.write("\r\x1b[K" + line + ("\n" if finished else ""))
         else:

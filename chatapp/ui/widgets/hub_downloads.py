@@ -52,13 +52,6 @@ class DownloadState:
         return f"{self.head}: {self.detail}" if self.detail else self.head
 
 
-def bytes_line(done: int, total: int, seconds: float, resumed_from: int) -> str:
-    """'1.4 MB/3.1 MB, 5.0 MB/s, 1 s left': the rate over what this run fetched."""
-    head = progress_text(done, total, 0, "bytes").split(",")[0]
-    tail = progress_text(done - resumed_from, total - resumed_from, seconds, "bytes")
-    return head + tail[tail.index(",") :]
-
-
 class HubDownloads:
     """Runs the downloads F8 asks for, one batch at a time, in the App's thread worker."""
 
@@ -178,7 +171,7 @@ class HubDownloads:
             last[0] = now
             pct = f"{100 * done / max(total, 1):.0f}%"
             part = "" if where.startswith(Path(name).name) else f" ({Path(name).name})"
-            line = bytes_line(done, total, seconds, resumed_from)
+            line = progress_text(done, total, seconds, "bytes", resumed_from)
             self._post(DownloadState(f"↓ {pct} {where}{part}", line, running=True))
 
         return report
