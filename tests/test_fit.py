@@ -10,6 +10,7 @@ import stat
 import pytest
 
 from chatapp.commands.models import fit_cmd, inspect_cmd
+from chatapp.engine.local.machine import parse_meminfo, ram_available
 from chatapp.engine.protocol import EngineError, LoadOptions
 from chatapp.errors import ModelFileError
 from chatapp.gguf.header import inspect, read_header
@@ -157,13 +158,13 @@ def test_gpu_memory_without_and_with_nvidia_smi(tmp_path, monkeypatch):
 
 def test_meminfo(tmp_path):
     sample = "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   20000000 kB\n"
-    assert fit.parse_meminfo(sample)["MemAvailable"] == 20000000 * 1024
+    assert parse_meminfo(sample)["MemAvailable"] == 20000000 * 1024
     path = tmp_path / "meminfo"
     path.write_text(sample)
-    assert fit.ram_available(path) == 20000000 * 1024
-    assert fit.ram_available(tmp_path / "none") is None
+    assert ram_available(path) == 20000000 * 1024
+    assert ram_available(tmp_path / "none") is None
     if os.path.exists("/proc/meminfo"):
-        assert fit.ram_available() > 0
+        assert ram_available() > 0
 
 
 def test_fit_command(capsys, monkeypatch):

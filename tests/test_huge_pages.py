@@ -68,8 +68,12 @@ def test_the_worker_gets_huge_pages_only_when_asked(model_path):
     with LocalEngine(base) as on:
         got_on = on.info.huge_pages
         assert load_settings(on.info)["huge_pages"] is got_on
+        # the weights are read into memory exactly where the pages are there for them
+        assert on.info.weights_in_memory is got_on
+        assert load_settings(on.info)["weights_in_memory"] is got_on
     with LocalEngine(replace(base, huge_pages=False)) as off:
         got_off = off.info.huge_pages
+        assert off.info.weights_in_memory is False  # mapped from the file
     mode = _thp_mode()
     if "[madvise]" in mode:
         assert got_on is True
@@ -88,3 +92,53 @@ def test_the_stats_panel_says_so():
     )  # fmt: skip
     assert run_settings(info) == "2 · fa off · repack off"
     assert run_settings(replace(info, huge_pages=True)) == "2 · fa off · repack off · THP"
+    both = replace(info, huge_pages=True, weights_in_memory=True)
+    assert run_settings(both) == "2 · fa off · repack off · THP weights"
+
+
+GIB = 1 << 30
+
+
+def test_weights_are_read_in_only_with_huge_pages_on_the_cpu_and_room_to_spare(monkeypatch):
+    monkeypatch.setattr(huge_pages, "available", lambda: True)
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1")
+    assert huge_pages.weights_in_memory(True, 4 * GIB, 16 * GIB)
+    assert huge_pages.weights_in_memory(True, 8 * GIB, 16 * GIB)  # half what is available
+    assert not huge_pages.weights_in_memory(True, 9 * GIB, 16 * GIB)  # more: mapped
+    assert not huge_pages.weights_in_memory(False, GIB, 16 * GIB)  # GPU layers hold them
+    assert not huge_pages.weights_in_memory(True, None, 16 * GIB)  # no such file
+    assert not huge_pages.weights_in_memory(True, GIB, None)  # memory unknown
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")  # no huge pages asked
+    assert not huge_pages.weights_in_memory(True, GIB, 16 * GIB)
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
+    monkeypatch.setattr(huge_pages, "available", lambda: False)  # the kernel has none
+    assert not huge_pages.weights_in_memory(True, GIB, 16 * GIB)
+
+
+def test_llama_bench_runs_as_the_engine_when_asked(tmp_path: Path, monkeypatch):
+    """The benchmark's "as engine" llama-bench: the engine's flash attention, its huge pages
+    and its weights read into memory; the flag variants map the file as llama-bench does."""
+    from chatapp.commands.bench import llama_bench_run
+
+    log = tmp_path / "calls"
+    exe = tmp_path / "llama-bench"
+    exe.write_text(
+        f'#!/bin/sh\necho "$* | $GLIBC_TUNABLES" >> {log}\necho \'[{{"avg_ts": 50.0}}]\'\n'
+    )
+    exe.chmod(0o755)
+    monkeypatch.setattr(huge_pages, "available", lambda: True)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    opts = LoadOptions(model_path="m.gguf", n_threads=2, flash_attn=True, huge_pages=True)
+    run = llama_bench_run(exe, opts, 64, 32, "engine", in_memory=True)
+    assert (run.prefill_tps, run.decode_tps) == (50.0, 50.0)
+    calls = log.read_text().splitlines()
+    assert len(calls) == 2  # pp, then tg at depth
+    for call in calls:
+        args, _, tunables = call.partition(" | ")
+        assert "-fa 1" in args and "-lm none" in args and "-t 2" in args
+        assert "glibc.malloc.hugetlb=1" in tunables
+    log.unlink()
+    llama_bench_run(exe, opts, 64, 32, "fa0", in_memory=True)
+    for call in log.read_text().splitlines():
+        args, _, tunables = call.partition(" | ")
+        assert "-fa 0" in args and "-lm" not in args and "hugetlb" not in tunables

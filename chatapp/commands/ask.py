@@ -56,6 +56,7 @@ def load_settings(info) -> dict | None:
         "flash_attn": info.flash_attn,
         "repack": info.repack,
         "huge_pages": info.huge_pages,
+        "weights_in_memory": info.weights_in_memory,
         "extra_buffers": list(info.extra_buffers),
         "n_gpu_layers": info.n_gpu_layers,
         "tuned": info.tuned,

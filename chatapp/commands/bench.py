@@ -134,28 +134,38 @@ def _lcp_run(prompt: tuple[int, ...], n: int) -> Run:
 
 
 def llama_bench_run(
-    exe: Path, options: LoadOptions, n_prompt: int, n_gen: int, variant: str = "fa0"
+    exe: Path,
+    options: LoadOptions,
+    n_prompt: int,
+    n_gen: int,
+    variant: str = "fa0",
+    in_memory: bool = False,
 ) -> Run:
     """pp at depth 0, and tg after n_prompt tokens (-d), as the engine's runs are.
 
     variant "fa0" / "fa1": flash attention off / on with the engine's threads and repack;
-    "fa0+huge": fa0 run with the engine's transparent huge pages (engine/local/huge_pages.py:
-    not a llama-bench flag, measured so that what the pages alone are worth shows);
-    "default": llama-bench's own defaults (flash attention auto, its thread count, repack
-    on), i.e. what llama.cpp does when nobody chooses."""
+    "engine": as the engine runs, with its flash attention, its transparent huge pages
+    (engine/local/huge_pages.py: not a llama-bench flag, set for the process as the engine
+    sets them) and, `in_memory`, the weights read into memory (-lm none) as the engine read
+    them; "default": llama-bench's own defaults (flash attention auto, its thread count,
+    repack on), i.e. what llama.cpp does when nobody chooses."""
     ngl = str(options.n_gpu_layers if options.n_gpu_layers >= 0 else 99)
     common = [
         str(exe), "-m", options.model_path, "-ngl", ngl,
         "-b", str(options.n_batch), "-ub", str(options.n_batch), "-r", "1", "-o", "json",
     ]  # fmt: skip
-    flags, _, pages = variant.partition("+")
-    if flags != "default":
-        common += ["-t", str(options.threads), "-fa", flags[-1]]
+    pages = variant == "engine" and bool(options.huge_pages)
+    if variant == "engine":
+        variant = "fa1" if options.flash_attn else "fa0"
+        if in_memory:
+            common += ["-lm", "none"]
+    if variant != "default":
+        common += ["-t", str(options.threads), "-fa", variant[-1]]
         common += ["--repack", "0" if options.repack is False else "1"]
 
     def avg_ts(*args: str) -> float:
         cmd = [*common, *args]
-        with huge_pages.for_children(bool(pages)):
+        with huge_pages.for_children(pages):
             out = subprocess.run(
                 cmd, capture_output=True, text=True, check=True, timeout=600
             ).stdout
@@ -176,7 +186,7 @@ def llama_bench_run(
 LLAMA_BENCH_VARIANTS = {
     "llama-bench fa0": "fa0",
     "llama-bench fa1": "fa1",
-    "llama-bench fa0 huge": "fa0+huge",
+    "llama-bench as engine": "engine",
     "llama.cpp default": "default",
 }
 
@@ -270,13 +280,24 @@ def run_bench(
                 sides["llama-server"] = pools.enter_context(
                     LlamaServer(llama_server, options, server_log)
                 )
-            _alternate(sides, options, results, tokens, prompt_tokens, reps, llama_bench, as_json)
+            _alternate(
+                sides,
+                options,
+                results,
+                tokens,
+                prompt_tokens,
+                reps,
+                llama_bench,
+                as_json,
+                info.weights_in_memory,
+            )
     if llama_bench:
         results["best llama-bench"] = best_of(
-            results["llama-bench fa0"], results["llama-bench fa1"]
+            results["llama-bench fa0"], results["llama-bench fa1"], results["llama-bench as engine"]
         )
     report = summarize(results, options, tokens, prompt_tokens, reps)
     report["tokens_asked"] = asked
+    report["weights_in_memory"] = info.weights_in_memory
     if as_json:
         print(json.dumps(report, indent=2))
     else:
@@ -293,6 +314,7 @@ def _alternate(
     reps: int,
     llama_bench: Path | None,
     as_json: bool,
+    in_memory: bool = False,
 ) -> None:
     """Each repetition runs every contender once, back to back, on its own prompt."""
     engine, pool, bare = sides["engine"], sides["llama-cpp-python"], sides["bare decode"]
@@ -312,7 +334,7 @@ def _alternate(
         if llama_bench:
             for name, variant in LLAMA_BENCH_VARIANTS.items():
                 results[name].append(
-                    llama_bench_run(llama_bench, options, prompt_tokens, tokens, variant)
+                    llama_bench_run(llama_bench, options, prompt_tokens, tokens, variant, in_memory)
                 )
         if not as_json:
             print(
@@ -380,7 +402,8 @@ def format_report(report: dict) -> str:
     lines = [
         f"model {Path(report['model']).name}, {report['threads']} threads, flash attention "
         f"{_on(report['flash_attn'])}, repack {_on(report['repack'])}, huge pages "
-        f"{_on(report['huge_pages'])}, "
+        f"{_on(report['huge_pages'])}"
+        f"{' (weights too)' if report.get('weights_in_memory') else ''}, "
         f"pp{report['prompt_tokens']} tg{report['tokens']} at depth {report['depth']}, "
         f"median of {report['reps']}",
         f"{'':<20}{'prefill t/s':>12}{'decode t/s':>12}",

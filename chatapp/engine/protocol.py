@@ -118,6 +118,7 @@ class ModelInfo:
     repack: bool = True  # extra CPU buffer types allowed
     extra_buffers: tuple[str, ...] = ()  # extra CPU buffer types in use (AMX, CPU_REPACK)
     huge_pages: bool = False  # the worker's large buffers got transparent huge pages
+    weights_in_memory: bool = False  # read into (huge-paged) memory, not mapped from the file
     tuned: bool = False  # threads / flash attention / repack came from `chatapp tune`
     draft_model: str = ""  # path of the draft model loaded beside it ("" = none)
 

@@ -7,8 +7,8 @@ import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
+from chatapp.engine.local.machine import ram_available
 from chatapp.engine.protocol import ALL_GPU_LAYERS, gpu_layer_total, resolved_gpu_layers
 from chatapp.gguf.header import Header, card_from_header
 
@@ -213,25 +213,6 @@ def free_memory() -> tuple[int | None, int | None]:
     """(free GPU memory, all NVIDIA GPUs together: None without one; available RAM)."""
     gpus = gpu_memory()
     return (sum(g.free_bytes for g in gpus) if gpus else None), ram_available()
-
-
-def parse_meminfo(text: str) -> dict[str, int]:
-    """/proc/meminfo as bytes per field."""
-    fields = {}
-    for line in text.splitlines():
-        m = re.match(r"(\w+):\s+(\d+)(?:\s+kB)?", line)
-        if m:
-            fields[m.group(1)] = int(m.group(2)) * (1024 if "kB" in line else 1)
-    return fields
-
-
-def ram_available(meminfo: str | Path = "/proc/meminfo") -> int | None:
-    """MemAvailable in bytes (None where /proc/meminfo is not there)."""
-    try:
-        text = Path(meminfo).read_text()
-    except OSError:
-        return None
-    return parse_meminfo(text).get("MemAvailable")
 
 
 # ---- verdicts -------------------------------------------------------------------------------

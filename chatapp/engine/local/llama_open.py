@@ -4,7 +4,10 @@ and filling a llama_batch with one sequence's tokens."""
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
+from chatapp.engine.local import huge_pages
+from chatapp.engine.local.machine import ram_available
 from chatapp.engine.protocol import LoadOptions
 
 PARALLEL_SEQUENCES = 8  # sequences a context holds: the most replies decoded together
@@ -14,10 +17,18 @@ def open_llama(options: LoadOptions, verbose: bool):
     """A llama_cpp.Llama as LoadOptions say (also used by the benchmark's reference side).
 
     Two settings Llama() does not take are set on the params it builds: `use_extra_bufts`
-    (repack off) and flash attention "auto" (llama.cpp's own choice, used with GPU layers)."""
+    (repack off) and flash attention "auto" (llama.cpp's own choice, used with GPU layers).
+    The weights are read into memory where huge pages make that faster
+    (huge_pages.weights_in_memory), else mapped from the file."""
     import llama_cpp
 
-    auto_fa = options.flash_attn is None and options.n_gpu_layers != 0 and gpu_offload()
+    offload = gpu_offload()
+    auto_fa = options.flash_attn is None and options.n_gpu_layers != 0 and offload
+    in_memory = huge_pages.weights_in_memory(
+        cpu_holds_weights=options.n_gpu_layers == 0 or not offload,
+        size=_file_size(options.model_path),
+        ram=ram_available(),
+    )
     with _load_params(extra_bufts=options.repack is not False, auto_fa=auto_fa):
         return llama_cpp.Llama(
             model_path=options.model_path,
@@ -28,9 +39,17 @@ def open_llama(options: LoadOptions, verbose: bool):
             n_batch=options.n_batch,
             n_ubatch=options.n_batch,
             flash_attn=bool(options.flash_attn),
+            use_mmap=not in_memory,
             logits_all=False,  # logits of the last token only: all rows would cost every step
             verbose=verbose,  # verbose=False would redirect this process's fds 1/2 while loading
         )
+
+
+def _file_size(path: str) -> int | None:
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return None  # llama.cpp says what is wrong with it
 
 
 def gpu_offload() -> bool:

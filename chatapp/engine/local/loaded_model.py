@@ -99,6 +99,7 @@ class LoadedModel:
             flash_attn=bool(options.flash_attn),
             repack=options.repack is not False,
             huge_pages=huge_pages.in_use(),
+            weights_in_memory=self.llama.model_params.load_mode == llama_cpp.LLAMA_LOAD_MODE_NONE,
         )
 
     def warm_up(self) -> int:

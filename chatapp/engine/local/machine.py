@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,25 @@ def _cpuinfo() -> str:
         return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    """/proc/meminfo as bytes per field."""
+    fields = {}
+    for line in text.splitlines():
+        m = re.match(r"(\w+):\s+(\d+)(?:\s+kB)?", line)
+        if m:
+            fields[m.group(1)] = int(m.group(2)) * (1024 if "kB" in line else 1)
+    return fields
+
+
+def ram_available(meminfo: str | Path = "/proc/meminfo") -> int | None:
+    """MemAvailable in bytes (None where /proc/meminfo is not there)."""
+    try:
+        text = Path(meminfo).read_text()
+    except OSError:
+        return None
+    return parse_meminfo(text).get("MemAvailable")
 
 
 @cache

@@ -56,8 +56,8 @@ def context_bar(used: int, total: int, width: int, fill: Style, free: Style) -> 
 
 
 def run_settings(info: ModelInfo) -> str:
-    """How llama.cpp runs here: threads, flash attention, extra CPU buffers, huge pages,
-    whether tuned."""
+    """How llama.cpp runs here: threads, flash attention, extra CPU buffers, huge pages (for
+    the weights too?), whether tuned."""
     fa = "fa on" if info.flash_attn else "fa off"
     repack = (
         ("repack " + "+".join(info.extra_buffers))
@@ -65,6 +65,8 @@ def run_settings(info: ModelInfo) -> str:
         else ("repack on" if info.repack else "repack off")
     )
     pages = " · THP" if info.huge_pages else ""  # transparent huge pages
+    if info.huge_pages and info.weights_in_memory:
+        pages += " weights"  # the weights too, read into memory (huge_pages.weights_in_memory)
     return f"{info.n_threads} · {fa} · {repack}{pages}" + (" · tuned" if info.tuned else "")
 
 
