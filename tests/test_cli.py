@@ -58,6 +58,7 @@ def test_ask_json_has_the_documented_keys():
         "repack": not crashed,
         # transparent huge pages where the kernel offers them on request (or to everyone)
         "huge_pages": huge_pages.available(),
+        "weights_in_memory": huge_pages.available(),  # the CPU holds them, and they fit
         "extra_buffers": llama_cpp_extra_buffers() if not crashed else [],
         "n_gpu_layers": 0,
         "tuned": False,
