@@ -17,6 +17,7 @@ from chatapp.engine.protocol import LoadOptions
 from chatapp.models.bundled import smollm2_path
 from chatapp.sampling import SamplerSettings
 from chatapp.ui.app import ChatApp
+from chatapp.ui.widgets.stats import StatsPanel
 from chatapp.ui.widgets.tokens import TokenStrip
 
 os.environ.setdefault("CHATAPP_AUTOTUNE", "0")  # no tune on first use in the pictures
@@ -76,6 +77,10 @@ async def main() -> None:
         app.query_one("#prompt").text = PROMPT
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.reply is not None and len(app.reply.tokens) >= 60)
+        # The side panels follow at their own cadence (once a second where the model's threads
+        # fill the CPU): the picture waits for their first update after the first token.
+        stats = app.query_one(StatsPanel)
+        await wait_until(pilot, lambda: app.reply is None or stats.stats.tokens > 1)
         app.save_screenshot(str(OUT / "chat-streaming.svg"))
         await wait_until(pilot, lambda: app.reply is None)
         app.clear_notifications()

@@ -14,6 +14,7 @@ from chatapp.engine.local.candidates import (
     token_logprob,
     top_candidates,
 )
+from chatapp.engine.local.token_loop import RecentTokens
 from chatapp.sampling import SamplerSettings
 
 N_VOCAB = 49152
@@ -167,3 +168,20 @@ def test_a_steps_facts_compare_without_making_rows():
     assert a == a and a != b  # a reactive's check: identity of the facts, nothing derived
     assert a._rows is None and b._rows is None
     assert a[0].id == int(idx[np.argmax(logits[idx])]) and a._rows is not None
+
+
+def test_a_steps_capture_is_not_changed_by_the_next_decode_or_token():
+    """step_facts puts its facts in order only when the step is sent (StepCapture.settle): by
+    then the next decode has overwritten the logits row and the penalty window has moved on,
+    so the rows must be those of the step's own moment."""
+    settings = next(s for s in SETTINGS if s.top_k > 0 and s.repeat_penalty != 1.0)
+    logits = _logits(1, 2.0)
+    recent = RecentTokens([int(t) for t in np.argsort(logits)[-12:][::2]], 6)
+    idx, log_z = rank(logits, ranked_size(settings, 10, N_VOCAB))
+    piece = lambda t: str(t).encode()  # noqa: E731
+    want = top_candidates(logits, settings, recent, 10, piece, idx=idx, log_z=log_z)
+    late = step_facts(logits, idx, log_z, settings, recent, 10, piece)
+    logits[:] = np.roll(logits, 7)  # the next decode writes the same buffer
+    for t in np.argsort(logits)[-6:]:  # and the sampled tokens move the window on
+        recent.push(int(t))
+    assert pickle.loads(pickle.dumps(late)) == want

@@ -6,7 +6,7 @@ from array import array
 from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass
 from math import exp, fsum
-from typing import overload
+from typing import Protocol, overload
 
 from chatapp.sampling import SamplerSettings
 
@@ -55,16 +55,34 @@ class StepFacts:
         return len(self.ids) // 4
 
 
+class FactsLater(Protocol):
+    """A step's facts still to be put in order (the token loop's capture: sorting the ranked
+    tokens and looking up their pieces waits until the step is sent, where a batch of steps
+    runs with the caches warm, instead of right after a decode, where each call runs cold)."""
+
+    count: int
+    top_n: int
+
+    def settle(self) -> StepFacts: ...
+
+
 class Candidates(Sequence[Candidate]):
     """The candidate rows of one step, derived from its StepFacts on first use (the latest
     token when the panel paints, a past one when it is selected, `ask --json` at the end) and
-    kept. Its length and truth need no rows; it pickles as its facts."""
+    kept. Its length and truth need no rows; it pickles as its facts (settling FactsLater)."""
 
-    __slots__ = ("facts", "_rows")
+    __slots__ = ("_facts", "_rows")
 
-    def __init__(self, facts: StepFacts) -> None:
-        self.facts = facts
+    def __init__(self, facts: StepFacts | FactsLater) -> None:
+        self._facts = facts
         self._rows: tuple[Candidate, ...] | None = None
+
+    @property
+    def facts(self) -> StepFacts:
+        f = self._facts
+        if not isinstance(f, StepFacts):
+            f = self._facts = f.settle()
+        return f
 
     def rows(self) -> tuple[Candidate, ...]:
         if self._rows is None:
@@ -72,7 +90,7 @@ class Candidates(Sequence[Candidate]):
         return self._rows
 
     def __len__(self) -> int:
-        return min(self.facts.top_n, self.facts.count)
+        return min(self._facts.top_n, self._facts.count)
 
     def __bool__(self) -> bool:
         return len(self) > 0

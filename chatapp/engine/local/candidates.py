@@ -175,30 +175,50 @@ def step_facts(
     recent: RecentWindow,
     top_n: int,
     piece: Callable[[int], bytes],
+    raw: np.ndarray | None = None,
 ) -> Candidates:
     """What a step keeps for its candidate rows (candidate_rows.StepFacts), the rows made only
     when shown: the ranked tokens best first with their logits, which of them the penalty
     lowers, and the pieces of the first top_n + that many. Exact where top-k or greedy bounds
-    the kept set (token_loop.subset_exact); elsewhere use top_candidates."""
-    raw = logits[idx]
-    order = np.argsort(-raw, kind="stable")  # ties in id order, as top_candidates has them
-    ids = idx[order].astype(np.int32)
-    ids_list = ids.tolist()
-    lowered: frozenset[int] = frozenset()
-    if settings.repeat_penalty != 1.0 and len(recent):
-        lowered = frozenset(recent.counts.keys() & ids_list)
-    shown = ids_list[: top_n + len(lowered)]
-    return Candidates(
-        StepFacts(
+    the kept set (token_loop.subset_exact); elsewhere use top_candidates.
+
+    Only what the next decode would overwrite or the next token would change is taken now
+    (the ranked tokens' raw logits, `raw` when the caller has them, and the penalty window);
+    the rest waits in a StepCapture until the step is sent."""
+    if raw is None:
+        raw = logits[idx]
+    window = recent.counts.keys() if settings.repeat_penalty != 1.0 and len(recent) else ()
+    return Candidates(StepCapture(idx, raw, log_z, settings, top_n, frozenset(window), piece))
+
+
+class StepCapture:
+    """One step's facts as taken between two decodes (step_facts), put in order on settle():
+    right after a decode every numpy call runs with the caches cold (~20 us each, 2-core
+    EPYC), so the sort, the conversions and the piece lookups wait for the batch send."""
+
+    __slots__ = ("idx", "raw", "log_z", "settings", "top_n", "window", "piece", "count")
+
+    def __init__(self, idx, raw, log_z, settings, top_n, window, piece) -> None:
+        self.idx, self.raw, self.log_z = idx, raw, log_z
+        self.settings, self.top_n, self.window, self.piece = settings, top_n, window, piece
+        self.count = idx.shape[0]
+
+    def settle(self) -> StepFacts:
+        raw = self.raw
+        order = np.argsort(-raw, kind="stable")  # ties in id order, as top_candidates has them
+        ids = self.idx[order].astype(np.int32)
+        ids_list = ids.tolist()
+        lowered = self.window & frozenset(ids_list) if self.window else frozenset()
+        shown = ids_list[: self.top_n + len(lowered)]
+        return StepFacts(
             ids.tobytes(),
             raw[order].tobytes(),
-            log_z,
-            settings,
-            top_n,
+            self.log_z,
+            self.settings,
+            self.top_n,
             lowered,
-            tuple(map(piece, shown)),
+            tuple(map(self.piece, shown)),
         )
-    )
 
 
 def _kept_tail_mass(

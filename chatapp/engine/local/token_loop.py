@@ -154,17 +154,18 @@ class SubsetSampler:
         self.arr.data = self.buf.ctypes.data_as(ctypes.POINTER(lib.llama_token_data))
         self.ref = ctypes.byref(self.arr)
 
-    def sample(self, chain, logits: np.ndarray, idx: np.ndarray) -> int:
-        self.fill(logits, idx)
+    def sample(self, chain, logits: np.ndarray, idx: np.ndarray, raw=None) -> int:
+        self.fill(logits, idx, raw)
         return self.pick(chain)
 
-    def fill(self, logits: np.ndarray, idx: np.ndarray) -> None:
-        """Put the tokens `idx` and their logits in the buffer (a grammar may then mask it)."""
+    def fill(self, logits: np.ndarray, idx: np.ndarray, raw: np.ndarray | None = None) -> None:
+        """Put the tokens `idx` and their logits (`raw` = logits[idx] where the caller has
+        them) in the buffer (a grammar may then mask it)."""
         n = idx.shape[0]
         if n > self.buf.shape[0]:
             self.__init__(self.lib, n)
         self.ids[:n] = idx
-        self.logits[:n] = logits[idx]
+        self.logits[:n] = logits[idx] if raw is None else raw
         self.n = n
 
     def pick(self, chain) -> int:
@@ -207,9 +208,10 @@ def sample_row(
     idx, log_z = rank(logits, m, top_n > 0)
     cands: Sequence[Candidate] = ()
     if subset_exact(s, idx.shape[0]):
+        raw = logits[idx]
         if top_n > 0:  # the facts only: the rows are made where they are shown
-            cands = step_facts(logits, idx, log_z, s, recent, top_n, w.piece)
-        tok = subset.sample(chain, logits, idx)
+            cands = step_facts(logits, idx, log_z, s, recent, top_n, w.piece, raw)
+        tok = subset.sample(chain, logits, idx, raw)
     else:  # top-k off: the rows count the unranked tokens the samplers keep, now
         if top_n > 0:
             cands = top_candidates(logits, s, recent, top_n, w.piece, idx=idx, log_z=log_z)
