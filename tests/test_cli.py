@@ -315,3 +315,29 @@ def test_bench_refuses_options_its_mode_would_ignore(mode, given, named):
     assert r.returncode == 2, r.stderr
     line = r.stderr.strip()
     assert line.startswith(f"error: {named}") and "does not take" in line and "\n" not in line
+
+
+def test_the_draft_bench_says_where_the_first_pair_that_parted_parted():
+    """`bench --draft` runs several (plain, drafted) pairs; a pair whose outputs part (a
+    near-tie that batched quantized matmuls round the other way) is reported with its token,
+    not only the last pair's."""
+    from chatapp.commands.draft_bench import Side, task_report
+    from chatapp.metrics import GenerationStats
+
+    def side(tps: float, ids: tuple[int, ...]) -> Side:
+        return Side(tps, ids, GenerationStats(draft_tokens=4, draft_accepted=3))
+
+    same = (1, 2, 3, 4)
+    pairs = [
+        (side(100.0, same), side(150.0, same)),
+        (side(100.0, same), side(130.0, (1, 2, 9, 4))),
+        (side(100.0, same), side(140.0, same)),
+    ]
+    r = task_report(pairs)
+    assert not r["same_output"] and r["first_difference"] == 2
+    assert r["speedup"] == pytest.approx(1.4)
+    same_pairs = [pairs[0], pairs[2]]
+    assert (
+        task_report(same_pairs)["same_output"]
+        and task_report(same_pairs)["first_difference"] is None
+    )

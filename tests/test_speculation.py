@@ -340,3 +340,32 @@ def test_cancel_and_a_rewound_prefix_work_with_drafts(f16_engine):
     again = _run(f16_engine, draft="ngram", n=40, reply_prefix_ids=prefix)
     assert [t.id for t in _tokens(again)][:30] == [t.id for t in plain[10:40]]
     assert _tokens(again)[0].index == 10
+
+
+@pytest.mark.parametrize("room, continuing", [(16, False), (16, True), (3, False)])
+def test_the_kept_length_answers_follow_every_change_of_rates_and_costs(room, continuing):
+    """length() keeps its cost table and last answer between decodes; after each new
+    observation or timed batch it answers as a policy computing afresh does."""
+    import random
+
+    rng = random.Random(3)
+    costs = {1: 0.00693, 2: 0.01281, 4: 0.01888, 8: 0.02894, 16: 0.04910, 17: 0.0515}
+    p = DraftPolicy(costs)
+    answers = set()
+    for _ in range(300):
+        roll = rng.random()
+        if roll < 0.2:  # the first-token chance alone moves (a new lookup's first token)
+            p.observe(rng.randint(0, 1), 1)
+        elif roll < 0.6:
+            compared = rng.randint(1, 8)  # mostly right to the end, as a copy is
+            accepted = compared if rng.random() < 0.85 else rng.randint(0, compared - 1)
+            p.observe(accepted, compared, continuing=rng.random() < 0.5)
+        else:
+            rows = rng.choice([2, 3, 5, 9, 17])
+            p.timed(rows, costs.get(rows, 0.005 * rows) * rng.uniform(0.8, 1.2))
+        fresh = DraftPolicy(dict(costs))
+        fresh.first.hits, fresh.first.trials = p.first.hits, p.first.trials
+        fresh.next.hits, fresh.next.trials = p.next.hits, p.next.trials
+        answers.add(p.length(room, continuing))
+        assert p.length(room, continuing) == fresh.length(room, continuing)
+    assert len(answers) >= 3  # the answers moved with the rates

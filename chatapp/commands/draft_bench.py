@@ -121,6 +121,26 @@ def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def task_report(pairs: list[tuple[Side, Side]]) -> dict:
+    """One task's line of the report from its (plain, drafted) pairs: medians, the last
+    drafted reply's counts, and where the outputs first parted in the first pair that did."""
+    last_spec = pairs[-1][1]
+    return {
+        "speedup": median([s.decode_tps / p.decode_tps for p, s in pairs]),
+        "plain_decode_tps": median([p.decode_tps for p, _ in pairs]),
+        "draft_decode_tps": median([s.decode_tps for _, s in pairs]),
+        "acceptance": median([s.stats.acceptance or 0.0 for _, s in pairs]),
+        "mean_accepted": median([s.stats.mean_accepted or 0.0 for _, s in pairs]),
+        "drafted": last_spec.stats.draft_tokens,
+        "accepted": last_spec.stats.draft_accepted,
+        "tokens": len(last_spec.ids),
+        "same_output": all(p.ids == s.ids for p, s in pairs),
+        "first_difference": next(
+            (i for p, s in pairs if (i := first_difference(p.ids, s.ids)) is not None), None
+        ),
+    }
+
+
 def run_draft_bench(options: LoadOptions, draft: str, tokens: int, reps: int) -> dict:
     """Per task, `reps` pairs of replies (plain, then with drafts) on one engine, greedy."""
     from chatapp.engine.factory import make_engine
@@ -141,19 +161,7 @@ def run_draft_bench(options: LoadOptions, draft: str, tokens: int, reps: int) ->
                     f"(accepted {spec.stats.draft_accepted}/{spec.stats.draft_tokens})",
                     file=sys.stderr,
                 )
-            last_plain, last_spec = pairs[-1]
-            report["tasks"][task] = {
-                "speedup": median([s.decode_tps / p.decode_tps for p, s in pairs]),
-                "plain_decode_tps": median([p.decode_tps for p, _ in pairs]),
-                "draft_decode_tps": median([s.decode_tps for _, s in pairs]),
-                "acceptance": median([s.stats.acceptance or 0.0 for _, s in pairs]),
-                "mean_accepted": median([s.stats.mean_accepted or 0.0 for _, s in pairs]),
-                "drafted": last_spec.stats.draft_tokens,
-                "accepted": last_spec.stats.draft_accepted,
-                "tokens": len(last_spec.ids),
-                "same_output": all(p.ids == s.ids for p, s in pairs),
-                "first_difference": first_difference(last_plain.ids, last_spec.ids),
-            }
+            report["tasks"][task] = task_report(pairs)
     return report
 
 

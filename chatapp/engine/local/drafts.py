@@ -68,6 +68,13 @@ class DraftPolicy:
         self.costs = {} if costs is None else costs  # rows -> seconds (shared per model)
         self.propose_s = 0.0  # seconds per proposed token (a draft model's decodes)
         self.high = high
+        # length() runs between every two decodes, drafting or not: the batch costs in one-row
+        # decodes are kept as a table (remade when a batch is timed anew or a one-row decode
+        # drifts 5%), and the last answer is kept for the same inputs.
+        self._table: list[float] | None = None
+        self._table_one = 0.0
+        self._last: tuple = ()
+        self._last_k = 0
 
     def observe(self, accepted: int, compared: int, continuing: bool = False) -> None:
         """A draft's tokens compared with what was sampled, in order, and how many of them
@@ -80,6 +87,8 @@ class DraftPolicy:
         """A decode of `rows` rows took `seconds` (a running average per row count)."""
         old = self.costs.get(rows)
         self.costs[rows] = seconds if old is None else 0.8 * old + 0.2 * seconds
+        if rows > 1 or old is None:
+            self._table = None
 
     def proposed(self, tokens: int, seconds: float) -> None:
         if tokens > 0:
@@ -103,15 +112,31 @@ class DraftPolicy:
         """Tokens to draft now (0: decode one token at a time)."""
         a = min(self.next.value, 0.999)
         f = a if continuing else self.first.value
+        top = min(room, self.high)
+        table = self._cost_table()
+        key = (f, a, top, self.propose_s, table)
+        if key == self._last:  # (the table compares by identity first: a remade one differs)
+            return self._last_k
         best_k, best = 0, WORTH
         one = self.costs.get(1) or 0.0
-        for k in range(1, min(room, self.high) + 1):
-            expected = 1.0 + f * (1.0 - a**k) / (1.0 - a)
-            proposing = k * self.propose_s / one if one else 0.0
-            gain = expected / (self.cost(k + 1) + proposing)
+        proposing = self.propose_s / one if one else 0.0
+        a_k = 1.0
+        for k in range(1, top + 1):
+            a_k *= a
+            gain = (1.0 + f * (1.0 - a_k) / (1.0 - a)) / (table[k + 1] + k * proposing)
             if gain > best:
                 best_k, best = k, gain
+        self._last, self._last_k = key, best_k
         return best_k
+
+    def _cost_table(self) -> list[float]:
+        """cost(rows) for rows 0..high + 1, kept while the measured costs stand."""
+        one = self.costs.get(1) or 0.0
+        table = self._table
+        if table is None or abs(one - self._table_one) > 0.05 * self._table_one:
+            table = self._table = [0.0, *(self.cost(r) for r in range(1, self.high + 2))]
+            self._table_one = one
+        return table
 
 
 def _prior(rows: int) -> float:
