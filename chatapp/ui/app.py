@@ -229,8 +229,9 @@ class ChatApp(ReplyEvents, ConversationActions, CopyActions, ModelHost):
     # ---- the conversation -----------------------------------------------------------------
 
     def action_stop(self) -> None:
-        if self.reply is None:
-            self.stop_download()  # Esc with no reply: F8's Hub download, if one runs
+        if self.reply is None:  # Esc with no reply: narrow, back from the panels to the chat;
+            if not self.back_to_the_chat():  # else F8's Hub download, if one runs
+                self.stop_download()
             return
         if self.engine is None:
             return

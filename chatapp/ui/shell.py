@@ -194,6 +194,7 @@ class ChatShell(App):
         self.sub_title = self.model_label
         self.probs.settings = self.initial_settings
         self.query_one("#prompt", PromptInput).focus()
+        self.screen.screen_layout_refresh_signal.subscribe(self, self._focus_in_sight)
         self.call_after_refresh(settle_gc)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -236,6 +237,29 @@ class ChatShell(App):
         """Bring the panels into sight (narrow: in place of the chat)."""
         main = self.query_one("#main")
         main.set_class(self.narrow, "-swap")
+
+    def back_to_the_chat(self) -> bool:
+        """Narrow with the panels in place of the chat: the chat again, its prompt focused
+        (Esc there). False where the chat is already in sight."""
+        main = self.query_one("#main")
+        if not (self.narrow and main.has_class("-swap")):
+            return False
+        self.action_toggle_side()
+        return True
+
+    def _focus_in_sight(self, screen: Screen) -> None:
+        """Give the focus to the prompt where the focused widget is hidden (keys typed into a
+        widget nobody sees are lost): across the 100-column breakpoint the panels' swap changes
+        meaning (narrow: shown instead of the chat; wide: hidden), so a resize can hide a
+        focused slider. Run on each layout refresh of the main screen (a few attribute reads)."""
+        if screen is not self.screen:
+            return
+        focused = screen.focused
+        if focused is None or all(node.display for node in focused.ancestors_with_self):
+            return
+        prompt = screen.query_one("#prompt")
+        if all(node.display for node in prompt.ancestors_with_self):
+            prompt.focus()
 
     def action_toggle_prompt_tokens(self) -> None:
         self.query_one(TabbedContent).active = "tab-tokens"
