@@ -23,7 +23,12 @@ from chatapp.ui.widgets.tokens import TokenStrip
 os.environ.setdefault("CHATAPP_AUTOTUNE", "0")  # no tune on first use in the pictures
 OUT = Path(__file__).resolve().parent
 SIZE = (132, 42)
-PROMPT = "Explain in three short paragraphs why the sky is blue. Include a tiny Python example."
+# Long enough to be caught mid-stream (~300 tokens, ~2 s here): a reply that ends by itself
+# within a second can finish between two of the paced frames (2-core CPU: up to 1 s apart).
+PROMPT = (
+    "Explain why the sky is blue. Then write a short Python program that prints the colours "
+    "of the rainbow, and explain it line by line."
+)
 
 
 async def wait_until(pilot, predicate, timeout: float = 120.0) -> None:
@@ -64,7 +69,7 @@ def most_uncertain_step(tokens) -> int:
 async def main() -> None:
     options = LoadOptions(model_path=str(smollm2_path()), n_ctx=4096, n_gpu_layers=0)
     settings = SamplerSettings(
-        temperature=0.7, top_k=40, top_p=0.9, min_p=0.05, seed=7, max_tokens=220
+        temperature=0.7, top_k=40, top_p=0.9, min_p=0.05, seed=7, max_tokens=300
     )
     app = ChatApp(
         lambda: LocalEngine(options),

@@ -58,11 +58,16 @@ def test_a_first_load_tunes_while_idle_applies_without_reload_and_is_kept(
         after = reply(engine, "Name three colours.")  # the new context answers
         assert after.text.strip() and after.stats.decode_tps > 0
         assert not engine.start_autotune()  # tuned: nothing more to do
+        offload = engine.info.gpu_offload_supported
     saved = machine.tuned(model_path)
     assert saved and saved["auto"] and saved["flash_attn"] == status["flash_attn"]
+    assert saved["gpu_offload"] == offload
     with LocalEngine(LoadOptions(model_path, n_ctx=2048)) as again:  # the next load uses it
         assert again.info.tuned and again.info.flash_attn == status["flash_attn"]
         assert not again.start_autotune()
+    if not saved["gpu_offload"]:  # a CPU-only build: --ngl 0 runs as the default -1 does
+        with LocalEngine(LoadOptions(model_path, n_ctx=2048, n_gpu_layers=0)) as cpu:
+            assert cpu.info.tuned and not cpu.start_autotune()
 
 
 @pytest.mark.slow

@@ -170,6 +170,20 @@ def test_tuned_settings_fill_only_what_was_not_given(model_path, fresh_dirs):
     assert not tuned and other_layers.flash_attn is None, "tuned on the CPU, not for the GPU"
 
 
+def test_a_tune_on_a_build_without_offload_holds_for_any_layer_count(model_path, fresh_dirs):
+    """Without GPU offload every layer count runs on the CPU: a tune saved with the default
+    (-1) applies to --ngl 0 too, and the other way round; a build that offloads keeps them
+    apart. (Before, --ngl 0 on a CPU-only build tuned again and replaced the default's tune.)"""
+    saved = {"threads": 1, "flash_attn": True, "repack": False, "n_gpu_layers": -1}
+    machine.remember_tuned(model_path, {**saved, "gpu_offload": False})
+    for layers in (0, -1, 12):
+        chosen, tuned = cpu_backend.choose(LoadOptions(model_path, n_gpu_layers=layers))
+        assert tuned and chosen.flash_attn is True and chosen.n_threads == 1
+    machine.remember_tuned(model_path, {**saved, "gpu_offload": True})
+    chosen, tuned = cpu_backend.choose(LoadOptions(model_path, n_gpu_layers=0))
+    assert not tuned and chosen.flash_attn is None
+
+
 def _hello():
     from chatapp.engine.protocol import ChatMessage, GenerateRequest
     from chatapp.sampling import SamplerSettings

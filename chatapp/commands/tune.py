@@ -45,7 +45,8 @@ def run_tune(options: LoadOptions, tokens: int, depths: tuple[int, ...], as_json
             results.append(result)
     winner = tune.best(results)
     if winner is not None:
-        machine.remember_tuned(options.model_path, tune.saved_form(winner, options, chosen_depths))
+        saved = tune.saved_form(winner, options, chosen_depths, info.gpu_offload_supported)
+        machine.remember_tuned(options.model_path, saved)
     if as_json:
         print(json.dumps(_report(options, results, winner, chosen_depths), indent=2))
     else:

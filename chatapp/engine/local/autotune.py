@@ -203,6 +203,7 @@ class AutoTune:
                 "threads": best.threads,
                 "repack": self.w.info.repack,
                 "n_gpu_layers": self.n_gpu_layers,
+                "gpu_offload": self.w.info.gpu_offload_supported,
                 "decode_tps": {str(d): round(r, 1) for d, r in best.rates.items()},
                 "depths": depths,
                 "auto": True,

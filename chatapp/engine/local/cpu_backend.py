@@ -24,7 +24,7 @@ def choose(options: LoadOptions) -> tuple[LoadOptions, bool]:
     Returns the options and whether a tune's result was used."""
     best = machine.tuned(options.model_path)
     changes: dict = {}
-    if best and best.get("n_gpu_layers") == options.n_gpu_layers:  # measured as it will run
+    if best and runs_as_tuned(best, options):
         if options.n_threads is None and isinstance(best.get("threads"), int):
             changes["n_threads"] = best["threads"]
         if options.flash_attn is None and isinstance(best.get("flash_attn"), bool):
@@ -35,6 +35,13 @@ def choose(options: LoadOptions) -> tuple[LoadOptions, bool]:
     if options.repack is None and changes.get("repack") is not False:
         changes["repack"] = not machine.repack_crashes()
     return replace(options, **changes), tuned
+
+
+def runs_as_tuned(best: dict, options: LoadOptions) -> bool:
+    """Whether a saved tune was measured as these options will run: with the same GPU layers,
+    or with any on a build that offloads none (the machine key names the build, so the tune
+    of a CPU-only build never reaches a GPU one: `--ngl 0` and the default -1 are one run)."""
+    return best.get("n_gpu_layers") == options.n_gpu_layers or best.get("gpu_offload") is False
 
 
 def crash_signal(exitcode: int | None) -> signal.Signals | None:

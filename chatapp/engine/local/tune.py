@@ -131,11 +131,15 @@ def best(results: list[Measured]) -> Measured | None:
     return max(ok, key=lambda r: (r.score, r.prefill)) if ok else None
 
 
-def saved_form(winner: Measured, options: LoadOptions, depths: list[int]) -> dict:
-    """What is remembered for the file: the settings and the figures that chose them."""
+def saved_form(
+    winner: Measured, options: LoadOptions, depths: list[int], gpu_offload: bool = True
+) -> dict:
+    """What is remembered for the file: the settings and the figures that chose them, and
+    whether the build could offload (without, every layer count runs on the CPU alike)."""
     return {
         **asdict(winner.config),
         "n_gpu_layers": options.n_gpu_layers,
+        "gpu_offload": gpu_offload,
         "decode_tps": {str(d): round(r, 1) for d, r in winner.decode.items()},
         "prefill_tps": round(winner.prefill, 1),
         "depths": depths,
