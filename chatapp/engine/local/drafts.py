@@ -115,7 +115,7 @@ class DraftPolicy:
         top = min(room, self.high)
         table = self._cost_table()
         key = (f, a, top, self.propose_s, table)
-        if key == self._last:  # (the table compares by identity first: a remade one differs)
+        if key == self._last:  # (a remade table with the same costs compares equal: same answer)
             return self._last_k
         best_k, best = 0, WORTH
         one = self.costs.get(1) or 0.0

@@ -132,7 +132,7 @@ def best(results: list[Measured]) -> Measured | None:
 
 
 def saved_form(
-    winner: Measured, options: LoadOptions, depths: list[int], gpu_offload: bool = True
+    winner: Measured, options: LoadOptions, depths: list[int], gpu_offload: bool
 ) -> dict:
     """What is remembered for the file: the settings and the figures that chose them, and
     whether the build could offload (without, every layer count runs on the CPU alike)."""
