@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scripted_engine import ScriptedEngine
 
-from chatapp.commands.inside import as_dict, surprise_rows
+from chatapp.commands.inside import LAST_LAYER_NOTE, as_dict, as_text, surprise_rows
 from chatapp.engine.factory import make_engine
 from chatapp.engine.inside import InsideUnavailable, Inspection, InspectRequest
 from chatapp.engine.local.graph_reader import FAULT_ENV
@@ -51,6 +51,31 @@ def test_the_json_has_the_issues_keys():
     assert set(data["attention"][0]) == {"layer", "weights", "heads"}
     assert len(data["attention"][0]["weights"]) == 4  # one per prompt position
     assert set(data["neighbours"][0]) == {"id", "piece", "cosine"}
+
+
+def test_the_text_views_heads_are_one_layers_never_a_mean_over_layers():
+    found = ScriptedEngine().inspect(InspectRequest(tokens=(1, 2, 3, 4)))
+    att = np.zeros_like(found.attention)
+    att[:, :, 0] = 1.0  # every layer's heads read position 0 ...
+    att[-1, 0, :] = 0.0
+    att[-1, 0, 3] = 1.0  # ... but head 0 of the last layer reads position 3 alone
+    found = replace(found, attention=att)
+    n = found.n_layers
+    text = as_text(found, heads=True)
+    assert f"by head, layer {n} (--layer picks another)" in text
+    head0 = next(line for line in text.splitlines() if line.strip().startswith("head  0"))
+    first_cell = head0.split(")", 1)[1].strip()
+    # the last layer's head 0 gives position 3 all its weight; a mean over the layers would
+    # have put position 0 first with (n-1)/n of it
+    assert first_cell.startswith(repr(found.pieces[3].decode())) and " 1.00" in first_cell
+    layer_1 = as_text(found, heads=True, layer=1)
+    assert "by head, layer 1 (" in layer_1 and "picks another" not in layer_1
+
+
+def test_the_lens_table_says_how_many_it_lists_and_explains_the_last_layer():
+    found = ScriptedEngine().inspect(InspectRequest(tokens=(1, 2, 3, 4)))
+    text = as_text(found)
+    assert f"top {len(found.layers[1].top)} (p)" in text and LAST_LAYER_NOTE in text
 
 
 def test_surprise_rows_give_p_and_rank():
@@ -175,6 +200,20 @@ def test_chatapp_inside_json(model_path, capsys):
     assert data["layers"][-1]["top"][0]["piece"] == " Paris"
     assert all(len(a["weights"]) == len(data["tokens"]) for a in data["attention"])
     assert len(data["neighbours"]) == 10 and data["lens_ok"] is True
+    assert all(len(row["top"]) == 3 for row in data["layers"])
+
+
+@pytest.mark.slow
+def test_chatapp_inside_top_lists_n_tokens_per_depth(model_path, capsys):
+    from chatapp.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["inside", "The capital of France is", "--raw", "--top", "7", "-m", model_path])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "top 7 (p)" in out
+    final = next(line for line in out.splitlines() if line.startswith("final"))
+    assert final.count("'") >= 14  # seven quoted tokens
 
 
 @pytest.mark.slow

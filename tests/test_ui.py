@@ -194,7 +194,11 @@ async def test_real_model_send_stream_and_stop(model_path):
         assert reply.finished is not None and reply.finished.reason == "cancelled"
         assert reply.item.text == reply.finished.text and reply.finished.text.strip()
         assert app.probs.candidates
-        assert app.stats_panel.stats.decode_tps and app.stats_panel.stats.decode_tps > 1
+        # a rate, whatever the machine's load (a busy 2-core host decodes well under 1 t/s
+        # at times): behaviour, never a speed bound
+        stats = app.stats_panel.stats
+        assert stats.decode_tps is not None and stats.decode_tps > 0
+        assert stats.completion_tokens >= 5
         assert len(app.token_panel.prompt) > 10
         assert any(t.piece == b"<|im_start|>" for t in app.token_panel.prompt)
         # A second turn works on the same worker and reuses the KV cache.

@@ -28,6 +28,9 @@ def inside(
         int | None,
         typer.Option("--layer", min=1, help="attention of this layer only (default: all)"),
     ] = None,
+    top: Annotated[
+        int, typer.Option("--top", min=1, max=50, help="tokens listed per depth of the lens")
+    ] = 3,
     text: Annotated[
         Path | None,
         typer.Option(
@@ -62,5 +65,6 @@ def inside(
         layer=layer,
         system=system,
         think=config.think if think is None else think,
+        top=top,
     )
     raise typer.Exit(code)

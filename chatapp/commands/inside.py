@@ -15,6 +15,10 @@ from chatapp.engine.inside import Inspection, InspectRequest
 from chatapp.engine.protocol import ChatMessage, EngineError, GenerateRequest, LoadOptions
 from chatapp.textsafe import printable, token_display
 
+LAST_LAYER_NOTE = (
+    "the last layer's row can differ slightly from the final row: llama.cpp quantizes the "
+    "activations before its own output matmul, this lens multiplies them in full precision"
+)
 SINK_SHARE = 0.3  # the first token's share of attention above which the sink is explained
 SINK_NOTE = (
     "the first token draws {share:.0%} of the attention: an 'attention sink' - heads with "
@@ -32,15 +36,17 @@ def run_inside(
     layer: int | None,
     system: str | None = None,
     think: bool | None = None,
+    top: int = 3,
 ) -> int:
-    """Capture the pass that predicts the token after the prompt, and print it."""
+    """Capture the pass that predicts the token after the prompt, and print it (top: tokens
+    listed per depth of the lens)."""
     messages = ((ChatMessage("system", system),) if system else ()) + (ChatMessage("user", prompt),)
     request = GenerateRequest(
         messages=messages, raw_prompt=prompt if raw else None, enable_thinking=think
     )
     engine = started_engine(options)
     try:
-        found = engine.inspect(InspectRequest(prompt=request))
+        found = engine.inspect(InspectRequest(prompt=request, top=top))
     finally:
         engine.close()
     if layer is not None and not 1 <= layer <= found.n_layers:
@@ -133,14 +139,18 @@ def as_text(found: Inspection, heads: bool = False, layer: int | None = None) ->
     )
     out.append("")
     if found.lens_ok:
-        out.append(f"{'depth':<10} {'top 3 (p)':<44} {'rank':>6} {'p':>6}  p of {chosen}")
+        n_top = max((len(lens.top) for lens in found.layers), default=3)
+        width = max(44, 12 * n_top)
+        head = f"top {n_top} (p)"
+        out.append(f"{'depth':<10} {head:<{width}} {'rank':>6} {'p':>6}  p of {chosen}")
         for lens in found.layers:
             tops = "  ".join(f"{_show(r.piece)} {r.p:.2f}" for r in lens.top)
-            if len(tops) > 44:
-                tops = tops[:43] + "…"
+            if len(tops) > width:
+                tops = tops[: width - 1] + "…"
             rank = str(lens.chosen_rank) if lens.chosen_rank else "-"
             p = "-" if math.isnan(lens.chosen_p) else f"{lens.chosen_p:.3f}"
-            out.append(f"{lens.name:<10} {tops:<44} {rank:>6} {p:>6}  {_bar(lens.chosen_p)}")
+            out.append(f"{lens.name:<10} {tops:<{width}} {rank:>6} {p:>6}  {_bar(lens.chosen_p)}")
+        out.append(f"note: {LAST_LAYER_NOTE}")
     else:
         out.append(found.lens_note)
     out.append("")
@@ -168,14 +178,16 @@ def _attention_lines(found: Inspection, heads: bool, layer: int | None) -> list[
     if len(mean) > 1 and mean[0] >= SINK_SHARE:
         out.append(SINK_NOTE.format(share=float(mean[0])))
     if heads:
+        # A head is a head of one layer: head h of layer 3 and head h of layer 20 are unrelated,
+        # so without --layer the heads shown are the last layer's, never a mean over layers.
+        shown = found.n_layers if layer is None else layer
         group = max(found.n_head // max(found.n_head_kv, 1), 1)
+        pick = " (--layer picks another)" if layer is None else ""
         out.append(
-            f"by head ({found.n_head} query heads reading {found.n_head_kv} KV heads, "
-            f"{group} per group): the 3 most attended"
+            f"by head, layer {shown}{pick} ({found.n_head} query heads reading "
+            f"{found.n_head_kv} KV heads, {group} per group): the 3 most attended"
         )
-        att = found.attention if layer is None else found.attention[layer - 1 : layer]
-        per_head = np.nanmean(att, axis=0)
-        for h, row in enumerate(per_head):
+        for h, row in enumerate(found.attention[shown - 1]):
             best = np.argsort(-np.nan_to_num(row, nan=-1.0))[:3]
             cells = "  ".join(f"{_show(found.pieces[i])} {row[i]:.2f}" for i in best)
             out.append(f"  head {h:>2} (kv {found.kv_head(h)})  {cells}")
