@@ -140,11 +140,13 @@ def as_text(found: Inspection, heads: bool = False, layer: int | None = None) ->
     out.append("")
     if found.lens_ok:
         n_top = max((len(lens.top) for lens in found.layers), default=3)
-        width = max(44, 12 * n_top)
+        cells = [
+            "  ".join(f"{_show(r.piece)} {r.p:.2f}" for r in lens.top) for lens in found.layers
+        ]
+        width = min(max(44, *map(len, cells)), 44 if n_top <= 3 else 160)
         head = f"top {n_top} (p)"
         out.append(f"{'depth':<10} {head:<{width}} {'rank':>6} {'p':>6}  p of {chosen}")
-        for lens in found.layers:
-            tops = "  ".join(f"{_show(r.piece)} {r.p:.2f}" for r in lens.top)
+        for lens, tops in zip(found.layers, cells, strict=True):
             if len(tops) > width:
                 tops = tops[: width - 1] + "…"
             rank = str(lens.chosen_rank) if lens.chosen_rank else "-"
