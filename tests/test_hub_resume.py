@@ -186,7 +186,7 @@ def test_a_wait_for_another_pulls_lock_stops_when_asked(hub):
         thread, out = _in_thread(
             lambda: download.fetch(REPO, listing.commit, part, stop=stop.is_set)
         )
-        _wait_for(lambda: len(tries) >= 2)  # it waited for the lock once, and again
+        _wait_for(lambda: len(tries) >= 1)  # it waits for the lock
         took = _stopped_in(thread, stop)
     print(f"stopped {took:.3f} s after it was asked, while waiting for the lock")
     assert isinstance(out.get("error"), download.Cancelled)
@@ -221,7 +221,7 @@ async def test_quitting_the_app_ends_a_download_that_waits_for_a_lock(hub, monke
         app = chat_app()
         async with app.run_test() as pilot:
             assert app.downloads.start([HubFile(parse_spec(f"{REPO}:Q8_0"), listing)])
-            await wait_until(pilot, lambda: len(tries) >= 2)
+            await wait_until(pilot, lambda: len(tries) >= 1)  # it waits for the lock
             t0 = time.monotonic()
         assert ended.wait(timeout=30), "the download went on after the app quit"
         print(f"the download ended {time.monotonic() - t0:.3f} s after the app quit")
