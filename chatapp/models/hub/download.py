@@ -206,7 +206,7 @@ def _download(
     """GET from `start` (Range) to the end, appending to the partial file; returns the offset
     it really started at (0 when the server would not resume). Authorization goes to the Hub
     only: httpx drops it on the redirect to the storage's other origin. `stop` is looked at
-    after each read from the network (bytes as they come, not a whole chunk's worth)."""
+    after each read from the network (bytes as they come); progress is told each CHUNK."""
     import httpx
 
     headers = {"Authorization": f"Bearer {tok}"} if tok else {}
@@ -221,13 +221,14 @@ def _download(
             r.raise_for_status()
             if start and r.status_code != 206:  # the server sent the whole file
                 start = 0
-            done = start
+            done = reported = start
             with open(partial, "ab" if start else "wb") as f:
                 try:
                     for chunk in r.iter_bytes():
                         f.write(chunk)
                         done += len(chunk)
-                        if progress is not None:
+                        if progress is not None and (done - reported >= CHUNK or done == size):
+                            reported = done
                             progress(done, size, time.perf_counter() - t0, start)
                         _check(stop)
                 except httpx.TransportError as exc:  # the connection dropped mid-file
