@@ -1,15 +1,18 @@
 """A fake Hugging Face Hub on 127.0.0.1: answers what huggingface_hub and chatapp's pull ask
 (model info with siblings and LFS sha256, search, HEAD/GET on resolve with X-Repo-Commit,
 ETag / X-Linked-Etag / X-Linked-Size, a redirect to another origin for the bytes, Range),
-with throttling, gated repos and files whose bytes do not match their advertised sha256."""
+with throttling, a hold (bytes stop flowing until the test releases them), gated repos and
+files whose bytes do not match their advertised sha256."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -64,6 +67,8 @@ class FakeHub:
         self.throttle_bps: int | None = None  # bytes per second of each GET of file bytes
         self.fail_status: int | None = None  # every request answers this status
         self.drop_after: int | None = None  # a GET of bytes closes the connection after this
+        self.hold_after: int | None = None  # a GET of bytes waits for `release` after this
+        self.release = threading.Event()  # set: held GETs go on (set by __exit__ too)
         self.requests: list[tuple[str, str, dict]] = []  # (method, path, headers)
         self._server: ThreadingHTTPServer | None = None
 
@@ -100,6 +105,7 @@ class FakeHub:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.release.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -231,6 +237,8 @@ class _Handler(BaseHTTPRequestHandler):
             if hub.drop_after is not None and sent >= hub.drop_after:
                 self.close_connection = True
                 return
+            if hub.hold_after is not None and sent >= hub.hold_after:
+                hub.release.wait(timeout=120)
             data = f.read(pos, min(total, pos + chunk))
             try:
                 self.wfile.write(data)
@@ -243,3 +251,14 @@ class _Handler(BaseHTTPRequestHandler):
                 ahead = sent / hub.throttle_bps - (time.monotonic() - t0)
                 if ahead > 0:
                     time.sleep(ahead)
+
+
+@contextlib.contextmanager
+def serving(cache: Path, monkeypatch) -> Iterator[FakeHub]:
+    """A fake Hub that huggingface_hub and chatapp talk to, with the Hugging Face cache in
+    `cache` (a test's tmp folder) and offline mode off."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with FakeHub() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        yield hub

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_hub import FakeHub
+from fake_hub import serving
 
 from chatapp.errors import HubError, UsageError
 from chatapp.models.hub import picker
@@ -33,10 +33,7 @@ def blob(n: int, seed: int = 1) -> bytes:
 
 @pytest.fixture
 def hub(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-hub"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    with FakeHub() as h:
-        monkeypatch.setenv("HF_ENDPOINT", h.url)
+    with serving(tmp_path / "hf-hub", monkeypatch) as h:
         yield h
 
 
@@ -397,7 +394,7 @@ def test_a_full_disk_mid_file_is_one_sentence_and_resumes(hub, monkeypatch):
 
 def test_ctrl_c_stops_a_pull_cleanly(hub):
     hub.add(REPO, "tiny-Q8_0.gguf", blob(16 * MB))
-    hub.throttle_bps = 2 * MB
+    hub.hold_after = 2 * MB  # the bytes stop there until Ctrl-C is sent: never done before it
     proc = subprocess.Popen(
         [sys.executable, "-m", "chatapp.cli", "pull", REPO],
         stdout=subprocess.PIPE,

@@ -9,22 +9,30 @@ refs/main, and its lock files), so llama.cpp, transformers and huggingface_hub s
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from chatapp.errors import HubError
+from chatapp.models.hub import safe_names
 from chatapp.models.hub.repo_files import Part
 from chatapp.models.sources import hf_cache
 from chatapp.progress import bytes_text
 
 CHUNK = 1 << 20
 DISK_MARGIN = 64 << 20  # bytes left free after a download, at least
+LOCK_POLL_S = 0.2  # how often a wait for another pull's lock looks whether to stop
 Progress = Callable[[int, int, float, int], None]  # (bytes done, total, seconds, resumed from)
+Stop = Callable[[], bool]  # True once the download is to stop (quit, or F8's stop)
+
+
+class Cancelled(Exception):
+    """The download stopped because it was asked to: the partial file stays and resumes."""
 
 
 @dataclass(frozen=True)
@@ -39,11 +47,19 @@ class Fetched:
 
 
 def blob_path(repo: str, part: Part) -> Path:
-    return hf_cache.repo_folder(repo) / "blobs" / part.sha256
+    """blobs/<sha256>; HubError when the listing's sha256 is not one (it would be a path)."""
+    sha = safe_names.check_sha256(repo, part.filename, part.sha256)
+    if not sha:
+        raise HubError(f"the Hub gives no sha256 for {repo}/{part.filename}: it cannot be checked")
+    blobs = hf_cache.repo_folder(repo) / "blobs"
+    return safe_names.inside(blobs / sha, blobs)
 
 
 def snapshot_path(repo: str, commit: str, filename: str) -> Path:
-    return hf_cache.repo_folder(repo) / "snapshots" / commit / filename
+    """snapshots/<commit>/<file>; HubError when the commit or the name from the listing would
+    lead anywhere else."""
+    snapshot = hf_cache.repo_folder(repo) / "snapshots" / safe_names.check_commit(repo, commit)
+    return safe_names.inside(snapshot / safe_names.check_filename(repo, filename), snapshot)
 
 
 def partial_path(repo: str, part: Part) -> Path:
@@ -51,16 +67,33 @@ def partial_path(repo: str, part: Part) -> Path:
     return blob_path(repo, part).with_name(part.sha256 + ".incomplete")
 
 
-def _lock(repo: str, part: Part):
-    """huggingface_hub's own lock for this blob: two pulls (or a pull and hf_hub_download)
-    never write the same file at once."""
-    from filelock import FileLock
+@contextlib.contextmanager
+def _locked(repo: str, part: Part, stop: Stop | None) -> Iterator[None]:
+    """Hold huggingface_hub's own lock for this blob: two pulls (or a pull and
+    hf_hub_download) never write the same file at once. The wait for another pull's lock
+    ends with Cancelled as soon as `stop` says so."""
+    from filelock import FileLock, Timeout
 
-    path = (
-        hf_cache.cache_root() / ".locks" / hf_cache.repo_folder(repo).name / f"{part.sha256}.lock"
-    )
+    name = blob_path(repo, part).name + ".lock"
+    path = hf_cache.cache_root() / ".locks" / hf_cache.repo_folder(repo).name / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(path))
+    lock = FileLock(str(path))
+    while True:
+        _check(stop)
+        try:
+            lock.acquire(timeout=LOCK_POLL_S)
+            break
+        except Timeout:
+            continue
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _check(stop: Stop | None) -> None:
+    if stop is not None and stop():
+        raise Cancelled
 
 
 def link_snapshot(repo: str, commit: str, part: Part, blob: Path) -> Path:
@@ -80,10 +113,13 @@ def link_snapshot(repo: str, commit: str, part: Part, blob: Path) -> Path:
     return link
 
 
-def sha256_of(path: Path, hasher=None):
+def sha256_of(path: Path, hasher=None, stop: Stop | None = None):
+    """The file's hasher (sha256 unless given), read in chunks; Cancelled between two chunks
+    as soon as `stop` says so."""
     hasher = hasher or hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK * 8):
+            _check(stop)
             hasher.update(chunk)
     return hasher
 
@@ -119,16 +155,19 @@ def discard(repo: str, commit: str, part: Part) -> None:
             p.unlink()
 
 
-def fetch(repo: str, commit: str, part: Part, progress: Progress | None = None) -> Fetched:
-    """The part in the cache (downloaded, or resumed, or already there and verified)."""
+def fetch(
+    repo: str, commit: str, part: Part, progress: Progress | None = None, stop: Stop | None = None
+) -> Fetched:
+    """The part in the cache (downloaded, or resumed, or already there and verified).
+    Cancelled as soon as `stop` says so, while waiting for another pull's lock, hashing or
+    downloading; what was downloaded stays and the next call resumes it."""
     from chatapp.models.hub.client import endpoint, hub_errors, token
 
-    if not part.sha256:
-        raise HubError(f"the Hub gives no sha256 for {repo}/{part.filename}: it cannot be checked")
     blob, partial = blob_path(repo, part), partial_path(repo, part)
-    with _lock(repo, part):
+    snapshot_path(repo, commit, part.filename)  # refused before any byte when it is no path
+    with _locked(repo, part, stop):
         if blob.exists() and blob.stat().st_size == part.size:
-            if sha256_of(blob).hexdigest() != part.sha256:
+            if sha256_of(blob, stop=stop).hexdigest() != part.sha256:
                 discard(repo, commit, part)
                 raise _mismatch(repo, part)
             link = link_snapshot(repo, commit, part, blob)
@@ -140,8 +179,8 @@ def fetch(repo: str, commit: str, part: Part, progress: Progress | None = None) 
         check_disk(blob.parent, part.size - start, f"{repo}/{part.filename}")
         url = f"{endpoint()}/{repo}/resolve/{commit}/{part.filename}"
         with hub_errors(repo, part.filename):
-            start = _download(url, token(), partial, start, part.size, progress)
-        if sha256_of(partial).hexdigest() != part.sha256:
+            start = _download(url, token(), partial, start, part.size, progress, stop)
+        if sha256_of(partial, stop=stop).hexdigest() != part.sha256:
             discard(repo, commit, part)
             raise _mismatch(repo, part)
         os.replace(partial, blob)
@@ -156,11 +195,18 @@ def _mismatch(repo: str, part: Part) -> HubError:
 
 
 def _download(
-    url: str, tok: str | None, partial: Path, start: int, size: int, progress: Progress | None
+    url: str,
+    tok: str | None,
+    partial: Path,
+    start: int,
+    size: int,
+    progress: Progress | None,
+    stop: Stop | None = None,
 ) -> int:
     """GET from `start` (Range) to the end, appending to the partial file; returns the offset
     it really started at (0 when the server would not resume). Authorization goes to the Hub
-    only: httpx drops it on the redirect to the storage's other origin."""
+    only: httpx drops it on the redirect to the storage's other origin. `stop` is looked at
+    after each read from the network (bytes as they come); progress is told each CHUNK."""
     import httpx
 
     headers = {"Authorization": f"Bearer {tok}"} if tok else {}
@@ -175,14 +221,16 @@ def _download(
             r.raise_for_status()
             if start and r.status_code != 206:  # the server sent the whole file
                 start = 0
-            done = start
+            done = reported = start
             with open(partial, "ab" if start else "wb") as f:
                 try:
-                    for chunk in r.iter_bytes(CHUNK):
+                    for chunk in r.iter_bytes():
                         f.write(chunk)
                         done += len(chunk)
-                        if progress is not None:
+                        if progress is not None and (done - reported >= CHUNK or done == size):
+                            reported = done
                             progress(done, size, time.perf_counter() - t0, start)
+                        _check(stop)
                 except httpx.TransportError as exc:  # the connection dropped mid-file
                     raise _stopped(done, size) from exc
                 except OSError as exc:  # the disk filled up (or went away) mid-file

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chatapp.errors import HubError
+from chatapp.models.hub.safe_names import check_commit, check_filename, check_sha256
 from chatapp.models.sources.quant_names import is_projector, quant_from_name, split_part
 
 DEFAULT_QUANTS = ("Q4_K_M", "Q8_0")  # llama.cpp's `-hf` choice when no tag is given
@@ -78,17 +79,20 @@ def list_repo(repo: str, revision: str | None = None) -> Listing:
     check_reachable(repo)
     with hub_errors(repo):
         info = api().model_info(repo, revision=revision, files_metadata=True)
-    parts = []
-    for s in info.siblings or []:
-        if not s.rfilename.lower().endswith(".gguf"):
-            continue
-        lfs = s.lfs
-        sha = getattr(lfs, "sha256", None) or (lfs.get("sha256") if isinstance(lfs, dict) else "")
-        size = s.size if s.size is not None else getattr(lfs, "size", 0) or 0
-        parts.append(Part(s.rfilename, int(size), sha or ""))
+    commit = check_commit(repo, info.sha or "")
+    parts = [_part(repo, s) for s in info.siblings or [] if s.rfilename.lower().endswith(".gguf")]
     gguf = getattr(info, "gguf", None) or {}
     n_params = int(gguf.get("total", 0) or 0) if isinstance(gguf, dict) else 0
-    return Listing(repo, info.sha or "", tuple(group_parts(parts)), n_params, bool(info.gated))
+    return Listing(repo, commit, tuple(group_parts(parts)), n_params, bool(info.gated))
+
+
+def _part(repo: str, sibling) -> Part:
+    """A listed GGUF file, its name and sha256 checked: both become paths in the cache."""
+    name = check_filename(repo, sibling.rfilename)
+    lfs = sibling.lfs
+    sha = getattr(lfs, "sha256", None) or (lfs.get("sha256") if isinstance(lfs, dict) else "")
+    size = sibling.size if sibling.size is not None else getattr(lfs, "size", 0) or 0
+    return Part(name, int(size), check_sha256(repo, name, sha or ""))
 
 
 def choose(files: list[RepoFile], repo: str, quant: str = "", filename: str = "") -> RepoFile:

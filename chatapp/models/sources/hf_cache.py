@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 from chatapp.models.sources import Found
-from chatapp.models.sources.quant_names import listed, quant_from_name, split_part
+from chatapp.models.sources.quant_names import listed, quant_from_name, split_names
 
 SOURCE = "huggingface"
 _PREFIX = "models--"
@@ -94,14 +94,9 @@ def _repos() -> list[str]:
 
 def _missing_parts(name: str, names: set[str]) -> str:
     """A note naming the parts of a split model that are not cached ("" when all are)."""
-    split = split_part(name)
-    if split is None:
-        return ""
-    stem, n = name[: -len("-00001-of-00001.gguf")], split[1]
-    missing = [
-        str(k) for k in range(1, n + 1) if f"{stem}-{k:05d}-of-{n:05d}{name[-5:]}" not in names
-    ]
-    return f"part {', '.join(missing)} of {n} not in the cache" if missing else ""
+    parts = split_names(name)
+    missing = [str(k) for k, part in enumerate(parts, 1) if part not in names]
+    return f"part {', '.join(missing)} of {len(parts)} not in the cache" if missing else ""
 
 
 def all_cached() -> list[Found]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from chatapp import jsonfile
 from chatapp.errors import ModelFileError
 from chatapp.models.sources import Found
 
@@ -17,6 +18,8 @@ SKIPPED_LAYERS = {
     "application/vnd.ollama.image.projector": "projector",
     "application/vnd.ollama.image.adapter": "adapter",
 }
+MAX_MANIFEST_BYTES = 1 << 20  # a manifest is a few hundred bytes
+_DIGEST = re.compile(r"sha256[:-][0-9a-f]{64}")
 DEFAULT_HOST = "registry.ollama.ai"
 DEFAULT_NAMESPACE = "library"
 
@@ -81,22 +84,24 @@ def _manifests(root: Path) -> Iterator[tuple[str, str, Path]]:
 
 
 def _layers(manifest: Path) -> list[dict]:
-    """The manifest's layers; ValueError when it is not a manifest."""
-    try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(str(exc)) from exc
+    """The manifest's layers; ValueError when it is not a manifest (unreadable, too large or
+    too deep included: JSON from another tool's folder is read with jsonfile's limits)."""
+    data = jsonfile.read(manifest, max_bytes=MAX_MANIFEST_BYTES)  # JsonFileError: a ValueError
     layers = data.get("layers") if isinstance(data, dict) else None
     if not isinstance(layers, list):
         raise ValueError("no layers")
     return [layer for layer in layers if isinstance(layer, dict)]
 
 
-def _blob(root: Path, digest: str) -> Path:
-    """blobs/sha256-<hex>, or blobs/sha256:<hex> as older Ollama releases named them."""
+def _blob(root: Path, digest: str) -> Path | None:
+    """blobs/sha256-<hex>, or blobs/sha256:<hex> as older Ollama releases named them; None
+    when the digest is not sha256:<64 hex> (a manifest is data: it names no other path)."""
+    if not _DIGEST.fullmatch(digest):
+        return None
+    blobs = root / "blobs"
     name = digest.replace(":", "-", 1)
-    old = root / "blobs" / digest
-    return old if not (root / "blobs" / name).exists() and old.exists() else root / "blobs" / name
+    old = blobs / digest
+    return old if not (blobs / name).exists() and old.exists() else blobs / name
 
 
 def _model_digest(layers: list[dict]) -> str:
@@ -134,6 +139,9 @@ def ollama_models() -> tuple[list[Found], list[str]]:
                 notes.append(f"ollama: manifest {label} has no model layer")
                 continue
             blob = _blob(root, digest)
+            if blob is None:
+                notes.append(f"ollama: manifest {label} names a blob that is no sha256 digest")
+                continue
             if not blob.is_file():
                 notes.append(f"ollama: manifest {label} names a blob that is missing ({blob})")
                 continue
@@ -181,6 +189,11 @@ def resolve_ollama(name: str, tag: str = "latest") -> Path:
         if not digest:
             raise ModelFileError(f"ollama:{label}'s manifest {manifest} names no model layer")
         blob = _blob(root, digest)
+        if blob is None:
+            raise ModelFileError(
+                f"ollama:{label}'s manifest {manifest} names a blob that is no sha256 digest: "
+                f"{pull} again"
+            )
         if not blob.is_file():
             raise ModelFileError(
                 f"ollama:{label}'s manifest names a blob that is missing ({blob}): {pull} again"

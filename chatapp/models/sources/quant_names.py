@@ -35,6 +35,16 @@ def split_part(filename: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def split_names(filename: str) -> list[str]:
+    """Every part's name of the split GGUF a file belongs to, in order (the file alone for a
+    whole file): "m-00002-of-00003.gguf" -> m-00001-of-00003.gguf ... m-00003-of-00003.gguf."""
+    m = _SPLIT.search(filename)
+    if m is None:
+        return [filename]
+    stem, n, ext = filename[: m.start()], int(m.group(2)), filename[-5:]
+    return [f"{stem}-{k:05d}-of-{n:05d}{ext}" for k in range(1, n + 1)]
+
+
 def is_projector(filename: str) -> bool:
     """A multimodal projector (mmproj) file: not a model one chats with."""
     return "mmproj" in filename.lower()

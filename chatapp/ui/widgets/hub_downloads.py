@@ -14,15 +14,12 @@ from textual.message import Message
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from chatapp.errors import ChatappError
+from chatapp.models.hub.download import Cancelled
 from chatapp.models.hub.repo_files import Listing
 from chatapp.models.specs import ModelSpec
 from chatapp.progress import bytes_text, progress_text
 
 EVERY_S = 0.1  # progress is posted at most this often (the last one always)
-
-
-class Stopped(Exception):
-    """Raised in the progress callback to stop a download (the partial file stays)."""
 
 
 @dataclass(frozen=True)
@@ -114,11 +111,16 @@ class HubDownloads:
     def _run(self, files: tuple[HubFile, ...], compare: bool) -> None:
         from chatapp.models.hub.pull import pull
 
+        worker = get_current_worker()
+
+        def stopped() -> bool:  # F8's stop, or the App's quit cancelling the worker
+            return self._stop.is_set() or worker.is_cancelled
+
         paths: list[str] = []
         names: list[str] = []
         end = DownloadState()
         for i, f in enumerate(files):
-            if self._stop.is_set():  # stopped between two files
+            if stopped():  # stopped between two files
                 end = DownloadState(f"stopped before {f.name}")
                 break
             count = f" ({i + 1} of {len(files)})" if len(files) > 1 else ""
@@ -133,8 +135,9 @@ class HubDownloads:
                         DownloadState(f"↓ {where}", line, running=True)
                     ),
                     listing=f.listing,
+                    stop=stopped,
                 )
-            except Stopped:
+            except Cancelled:
                 done, total = seen.get("done", 0), seen.get("total", 0)
                 end = DownloadState(
                     f"stopped {f.name} at {bytes_text(done)} of {bytes_text(total)}: the partial "
@@ -158,12 +161,9 @@ class HubDownloads:
         self._post_end(self.Finished(tuple(paths), compare and ok, end, tuple(names)))
 
     def _progress(self, name: str, where: str, seen: dict[str, int]):
-        worker = get_current_worker()
         last = [0.0]
 
         def report(done: int, total: int, seconds: float, resumed_from: int) -> None:
-            if self._stop.is_set() or worker.is_cancelled:
-                raise Stopped
             seen.update(done=done, total=total)
             now = time.monotonic()
             if done < total and now - last[0] < EVERY_S:
