@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pty
 import sqlite3
 import subprocess
 import sys
@@ -14,10 +15,13 @@ import pytest
 from helpers import REPO, one_error_line, run_cli
 
 from chatapp.chat.attachments import (
+    ANY_CONTEXT,
     Attachment,
     AttachmentError,
+    byte_limit,
     compose,
     fit_problem,
+    longest_token_bytes,
     read_attachment,
     split_file_lines,
 )
@@ -132,3 +136,58 @@ def test_ask_file_from_a_pipe_and_refusals(tmp_path):
     big.write_text("\n".join(str(i) for i in range(3000)))
     r = run_cli("ask", "x", "--file", str(big), "--ctx", "1024")
     assert "but the context holds 1,024" in one_error_line(r, code=2)
+
+
+def test_ask_file_stdin_from_a_terminal_says_it_waits_for_ctrl_d():
+    """With a terminal on stdin, `ask --file -` waited with no word. Now it says so on stderr
+    first; what is typed until Ctrl-D is the file (here a NUL byte: refused before loading)."""
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", "PYTHONPATH": str(REPO)}
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "chatapp.cli", "ask", "What is this?", "--file", "-"],
+        stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO,
+    )  # fmt: skip
+    os.close(follower)
+    try:
+        first = proc.stderr.readline().decode()
+        assert first.startswith("note: reading the file from the terminal until Ctrl-D"), first
+        assert proc.poll() is None  # it waits for the file, having said so
+        os.write(leader, b"\x00 not text\n\x04")
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        os.close(leader)
+    assert "Traceback" not in err.decode()
+    assert err.decode().strip() == "error: stdin is a binary file (11 bytes); nothing was sent"
+    assert proc.returncode == 1
+
+
+def test_a_file_past_the_byte_bound_is_refused_from_its_size_unread(tmp_path, model_path):
+    """The bound: every token holds at most the vocabulary's longest token's bytes, so a file
+    of more bytes than room * longest cannot fit. Checked on a sparse 5 GB file: reading it
+    would have found NUL bytes ("binary"), not its size."""
+    longest = longest_token_bytes(model_path)
+    assert longest is not None and 8 <= longest <= 1024
+    limit = byte_limit(2048, 512, longest)
+    assert limit.max_bytes == 1536 * longest
+    huge = tmp_path / "huge.log"
+    with huge.open("wb") as fh:
+        fh.truncate(5_000_000_000)
+    with pytest.raises(AttachmentError) as err:
+        read_attachment(str(huge), limit=limit)
+    assert str(err.value).startswith(
+        f"{huge} is 5,000,000,000 bytes, more than the 1,536 tokens a message may take in this "
+        f"context can hold (each token holds at most {longest} bytes with this model)"
+    )
+    assert byte_limit(2048, 512, None) == ANY_CONTEXT  # no vocabulary known: only the 4 MB cap
+    assert longest_token_bytes(str(huge)) is None  # not a GGUF file
+
+
+def test_the_byte_bound_holds_on_the_real_tokenizer(engine, model_path):
+    """No text packs more bytes into a token than the bound assumes (runs that merge into the
+    longest tokens included)."""
+    longest = longest_token_bytes(model_path)
+    for text in (" " * 4000, "=" * 4000, "\n" * 4000, "-" * 4000, "ab" * 2000, "é" * 2000):
+        block = Attachment("f.txt", text, len(text.encode())).block()
+        tokens = len(engine.tokenize(block, special=False))
+        assert tokens * longest >= len(block.encode()), (text[:3], tokens, longest)

@@ -58,11 +58,14 @@ def test_a_schema_becomes_gbnf_with_its_bounds():
     "schema,names",
     [
         ({"type": "number", "minimum": 1}, ["minimum", "number"]),
-        ({"properties": {"a": {"type": "array", "uniqueItems": True}}}, ["uniqueItems", "/a"]),
-        ({"properties": {"e": {"type": "string", "format": "email"}}}, ["email", "/e"]),
+        (
+            {"properties": {"a": {"type": "array", "uniqueItems": True}}},
+            ["uniqueItems", "a.uniqueItems"],
+        ),
+        ({"properties": {"e": {"type": "string", "format": "email"}}}, ["email", "e.format"]),
         ({"$ref": "https://example.com/s.json"}, ["$ref", "outside"]),
         ({"type": "integer", "minimum": 5, "maximum": 2}, ["no integer"]),
-        ({"not": {"type": "string"}}, ["'not'"]),
+        ({"not": {"type": "string"}}, ['"not"', "the top of the schema"]),
         ([1, 2], ["object"]),
     ],
 )
@@ -84,7 +87,7 @@ def test_grammar_files(tmp_path):
     assert g.source == "schema s.json" and "root ::=" in g.gbnf
     assert load_grammar(tmp_path / "g.gbnf").gbnf.startswith("root ::=")
     for name, words in [
-        ("bad.json", "not JSON"),
+        ("bad.json", "not valid JSON"),
         ("empty.gbnf", "empty"),
         ("missing.json", "does not exist"),
     ]:

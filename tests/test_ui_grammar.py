@@ -43,3 +43,31 @@ async def test_a_schema_for_the_conversation_reaches_every_request_and_shows(tmp
         await pilot.click("#clear")
         await wait_until(pilot, lambda: not isinstance(app.screen, GrammarScreen))
         assert app.session.grammar is None and "⊘" not in status(app)
+
+
+async def test_a_malformed_schema_in_the_dialog_is_one_sentence_and_the_app_stays(tmp_path):
+    """properties as a list and a bound past any float raised out of the dialog: the app
+    exited with a traceback. Now the dialog shows the sentence, literally, and stays."""
+    cases = {
+        "list.json": ('{"type": "object", "properties": ["age"]}', "properties must be"),
+        "huge.json": (
+            '{"properties": {"[/age]": {"type": "integer", "maximum": 1e400}}}',
+            'schema huge.json: properties."[/age]".maximum is inf, out of range',
+        ),
+        "anyof.json": ('{"anyOf": 5}', "anyOf must be a non-empty list of schemas, not 5"),
+    }
+    app = ChatApp(lambda: ScriptedEngine())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("alt+g")
+        await wait_until(pilot, lambda: isinstance(app.screen, GrammarScreen))
+        for name, (text, words) in cases.items():
+            (tmp_path / name).write_text(text)
+            app.screen.query_one("#grammar-path").value = str(tmp_path / name)
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, GrammarScreen) and app.is_running
+            error = str(app.screen.query_one("#grammar-error").render())
+            assert words in error, error
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, GrammarScreen))
+        assert app.session.grammar is None

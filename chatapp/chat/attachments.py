@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 from chatapp.engine.protocol import ChatMessage, Engine, EngineError
 from chatapp.errors import ChatappError
+from chatapp.gguf.header import ArrayValue, read_header
 
 MAX_BYTES = 4 * 1024 * 1024  # past this a file is surely more than any context holds
 STDIN = "-"
@@ -63,30 +67,109 @@ def decode_text(data: bytes, name: str) -> str:
         ) from None
 
 
-def read_attachment(path: str, stdin=None) -> Attachment:
-    """A file (or standard input for "-") as an attachment; AttachmentError says why not."""
+STDIN_IN_CHAT = (
+    "stdin is not available inside the chat (the app reads your keys from the terminal); "
+    "give a path, or use `chatapp ask --file -` to attach what a pipe sends"
+)
+STDIN_FROM_TERMINAL = "reading the file from the terminal until Ctrl-D (or pipe it in)"
+
+
+@dataclass(frozen=True)
+class ByteLimit:
+    """The most bytes a file may have; past it the file surely cannot fit (`why` says so)."""
+
+    max_bytes: int
+    why: str
+
+
+ANY_CONTEXT = ByteLimit(MAX_BYTES, "more than any context holds")
+BOUNDED_TOKENIZERS = ("gpt2", "llama")  # BPE and SentencePiece: a token is its piece's bytes
+
+
+def longest_token_bytes(model_path: str) -> int | None:
+    """The longest token of a GGUF model's vocabulary, in bytes as stored (its piece has at
+    most that many); None when it cannot be told (not a GGUF file, or a tokenizer that
+    normalizes text first, as T5's does, so a piece can stand for more bytes)."""
+    try:
+        key = os.stat(model_path)
+    except (OSError, ValueError):
+        return None
+    return _longest_token_bytes(model_path, key.st_size, key.st_mtime_ns)
+
+
+@lru_cache(maxsize=4)
+def _longest_token_bytes(model_path: str, size: int, mtime_ns: int) -> int | None:
+    try:
+        metadata = read_header(model_path).metadata
+    except (ChatappError, OSError):
+        return None
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    if metadata.get("tokenizer.ggml.model") not in BOUNDED_TOKENIZERS:
+        return None
+    if not isinstance(tokens, ArrayValue) or tokens.longest <= 0:
+        return None
+    return tokens.longest
+
+
+def byte_limit(n_ctx: int, reply_room: int, longest_token: int | None) -> ByteLimit:
+    """The bytes past which a file cannot fit a message: the tokens the context leaves beside
+    the reply's room times the longest token's bytes (every token of the file holds at most
+    that many of its bytes, so it needs at least bytes / longest tokens)."""
+    room = max(0, n_ctx - reply_room)
+    if not longest_token or room * longest_token >= MAX_BYTES:
+        return ANY_CONTEXT
+    return ByteLimit(
+        room * longest_token,
+        f"more than the {room:,} tokens a message may take in this context can hold (each "
+        f"token holds at most {longest_token} bytes with this model); attach a part of it, "
+        "or load the model with a larger --ctx",
+    )
+
+
+def _too_big(name: str, size: int | None, limit: ByteLimit) -> AttachmentError:
+    size_text = f"{size:,} bytes" if size is not None else f"over {limit.max_bytes:,} bytes"
+    return AttachmentError(f"{name} is {size_text}, {limit.why}; nothing was attached")
+
+
+def read_attachment(
+    path: str, stdin=None, *, limit: ByteLimit = ANY_CONTEXT, regular_only: bool = False
+) -> Attachment:
+    """A file (or standard input for "-") as an attachment; AttachmentError says why not.
+    A file past `limit` is refused from its size, unread. `regular_only`: refuse devices and
+    pipes (the chat: reading one would wait on the terminal or a writer that never comes)."""
     if path == STDIN:
+        if regular_only:
+            raise AttachmentError(STDIN_IN_CHAT)
         stream = stdin if stdin is not None else sys.stdin.buffer
-        data = stream.read(MAX_BYTES + 1)
+        data = stream.read(limit.max_bytes + 1)
         name = "stdin"
     else:
-        p = Path(path).expanduser()
         name = path
-        try:
-            if p.is_dir():
-                raise AttachmentError(f"{path} is a folder; attach its files one by one")
-            with p.open("rb") as fh:
-                data = fh.read(MAX_BYTES + 1)
-        except FileNotFoundError:
-            raise AttachmentError(f"{path} does not exist; nothing was sent") from None
-        except OSError as exc:
-            why = exc.strerror or type(exc).__name__
-            raise AttachmentError(f"{path} cannot be read ({why}); nothing was sent") from None
-    if len(data) > MAX_BYTES:
-        raise AttachmentError(
-            f"{name} is over {MAX_BYTES // 2**20} MB, more than any context holds; nothing was sent"
-        )
+        data = _read_file(path, limit, regular_only)
+    if len(data) > limit.max_bytes:
+        raise _too_big(name, None, limit)
     return Attachment(name, decode_text(data, name), len(data))
+
+
+def _read_file(path: str, limit: ByteLimit, regular_only: bool) -> bytes:
+    p = Path(path).expanduser()
+    try:
+        if p.is_dir():
+            raise AttachmentError(f"{path} is a folder; attach its files one by one")
+        info = p.stat()
+        if regular_only and not stat.S_ISREG(info.st_mode):
+            raise AttachmentError(
+                f"{path} is not a regular file (a device or a pipe); attach a file"
+            )
+        if stat.S_ISREG(info.st_mode) and info.st_size > limit.max_bytes:
+            raise _too_big(path, info.st_size, limit)
+        with p.open("rb") as fh:
+            return fh.read(limit.max_bytes + 1)
+    except FileNotFoundError:
+        raise AttachmentError(f"{path} does not exist; nothing was sent") from None
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise AttachmentError(f"{path} cannot be read ({why}); nothing was sent") from None
 
 
 def compose(text: str, attachments: list[Attachment] | tuple[Attachment, ...]) -> str:
@@ -130,13 +213,17 @@ def fit_problem(
 
 def counted(engine: Engine, attachments: list[Attachment]) -> list[Attachment]:
     """The attachments with their blocks' token counts (left None where it cannot tell)."""
-    out = []
-    for a in attachments:
-        try:
-            out.append(replace(a, tokens=len(engine.tokenize(a.block(), special=False))))
-        except EngineError:
-            out.append(a)
-    return out
+    return [count_one(engine, a) for a in attachments]
+
+
+def count_one(engine: Engine | None, file: Attachment) -> Attachment:
+    """The file with its block's token count (None when there is no engine or it failed)."""
+    if engine is None:
+        return file
+    try:
+        return replace(file, tokens=len(engine.tokenize(file.block(), special=False)))
+    except EngineError:
+        return file
 
 
 def message_tokens(engine: Engine, content: str) -> int | None:

@@ -7,6 +7,8 @@ import sys
 
 from chatapp import breakdown
 from chatapp.chat.attachments import (
+    STDIN,
+    STDIN_FROM_TERMINAL,
     compose,
     counted,
     fit_problem,
@@ -79,6 +81,8 @@ def run_ask(
     grammar: Grammar | None = None,
     files: list[str] | tuple[str, ...] = (),
 ) -> int:
+    if STDIN in files and sys.stdin is not None and sys.stdin.isatty():  # (else: no word)
+        print(f"note: {STDIN_FROM_TERMINAL}", file=sys.stderr, flush=True)
     attached = [read_attachment(path) for path in files]  # (a bad file: before the model loads)
     engine = started_engine(options, server, **(remote or {}))
     session = ChatSession(settings=settings, system_prompt=system or "", top_n=top_n)

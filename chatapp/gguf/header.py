@@ -38,6 +38,7 @@ class ArrayValue:
 
     item_type: str
     count: int
+    longest: int = field(default=0, compare=False)  # strings: the longest one's bytes
 
 
 @dataclass(frozen=True)
@@ -155,20 +156,25 @@ class _Cursor:
     def string(self, what: str) -> str:
         return self.raw_string(what).decode("utf-8", errors="replace")
 
-    def skip_strings(self, count: int, what: str) -> None:
+    def skip_strings(self, count: int, what: str) -> int:
+        """Step over `count` strings; the longest one's length in bytes."""
         buf, pos, size, unpack_from = self.buf, self.pos, self.size, struct.unpack_from
         have = len(buf)
+        longest = 0
         for _ in range(count):
             if pos + 8 > have:
                 self.pos = pos
                 self.need(8, what)
                 have = len(buf)
-            end = pos + 8 + unpack_from("<Q", buf, pos)[0]
+            n = unpack_from("<Q", buf, pos)[0]
+            end = pos + 8 + n
             if end > size:
                 self.pos = pos + 8
                 self.need(end - pos - 8, what)  # raises: this string runs past the end
             pos = end
+            longest = max(longest, n)
         self.pos = pos
+        return longest
 
 
 def _open_error(path: str, p: Path) -> ModelFileError | None:
@@ -299,8 +305,8 @@ def _read_value(c: _Cursor, key: str) -> object:
     item_name, fmt = _VALUE_TYPES[itype]
     if itype == _STRING:
         c.need(count * 8, f"the strings of '{key}'")
-        c.skip_strings(count, f"the strings of '{key}'")
-        return ArrayValue(item_name, count)
+        longest = c.skip_strings(count, f"the strings of '{key}'")
+        return ArrayValue(item_name, count, longest)
     width = struct.calcsize(fmt)
     c.need(count * width, f"the array '{key}'")
     start = c.pos

@@ -3,13 +3,21 @@ each one's size in tokens and whether the message fits the context with the repl
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from chatapp.chat.attachments import (
+    ANY_CONTEXT,
     FRAMING_TOKENS,
+    STDIN,
+    STDIN_IN_CHAT,
     Attachment,
     AttachmentError,
+    byte_limit,
+    count_one,
+    fit_problem,
+    longest_token_bytes,
     read_attachment,
     reply_budget,
     split_file_lines,
@@ -26,17 +34,22 @@ TRIM = "/trim"  # typed alone: the files are cut to what fits beside the message
 
 class AttachBox:
     """The ChatApp's attachments for the next message. `take` reads the commands out of what
-    was submitted; `ready` checks the whole message before it is sent."""
+    was submitted; files are read and counted in a thread (the UI keeps answering); `ready`
+    checks the whole message before it is sent."""
 
     def __init__(self, app: ChatApp) -> None:
         self.app = app
         self.files: list[Attachment] = []
+        self.reading: list[str] = []  # paths being read and counted now
+        self.trimming = False  # /trim cuts the files in a thread
+        self._round = 0  # /detach starts a new one: files of an older round are dropped
 
     def take(self, text: str) -> str | None:
         """Attach the files of `/file PATH` lines (or drop all for /detach). Returns the text to
         send, or None when the input held only commands (it then keeps the rest)."""
         if text.strip() == DETACH:
-            self.files = []
+            self.files, self.reading, self.trimming = [], [], False
+            self._round += 1
             self.app.set_status("attachments removed")
             self.show()
             return None
@@ -49,34 +62,53 @@ class AttachBox:
         rest, paths = split_file_lines(text)
         if not paths:
             return text
-        for path in paths:
-            try:
-                self.files.append(self.counted(read_attachment(path)))
-            except AttachmentError as exc:
-                self.app.set_status(str(exc), error=True)
-        self.show()
         self.app.query_one("#prompt").text = rest  # what was typed beside the commands stays
+        for path in paths:
+            self.add(path)
         return None
 
-    def add(self, path: str) -> str:
-        """Attach one file (the file picker's choice); one line saying what happened."""
-        try:
-            file = self.counted(read_attachment(path))
-        except AttachmentError as exc:
-            self.app.set_status(str(exc), error=True)
-            return str(exc)
-        self.files.append(file)
-        self.show()
-        return f"attached {file.name}: {len(self.files)} file(s) for the next message"
+    def add(self, path: str, told: Callable[[str], None] | None = None) -> None:
+        """Attach one file: read and counted in a thread; `told` (the file picker's note) and
+        the status line get the sentence saying what happened."""
+        if path == STDIN:  # (reading it would take the keys from the app: it would freeze)
+            self._tell(STDIN_IN_CHAT, told, error=True)
+            return
+        self.reading.append(path)
+        self._tell(f"reading {path}…", told)
+        engine, n_ctx = self.app.engine, self.context()[0]
+        info = self.app.session.info
+        model = info.path if info is not None else ""
+        budget, round_ = self.context()[1], self._round
+        job = partial(self._read, path, engine, n_ctx, budget, model, told, round_)
+        self.app.run_worker(job, thread=True, group="attach", exit_on_error=False)
 
-    def counted(self, file: Attachment) -> Attachment:
-        engine = self.app.engine
-        if engine is None:
-            return file
+    def _read(self, path, engine, n_ctx, reply_room, model, told, round_) -> None:
+        """In a worker thread: read the file, refuse it from its size when it cannot fit,
+        count its tokens; the result goes back to the UI thread."""
+        limit = byte_limit(n_ctx, reply_room, longest_token_bytes(model)) if n_ctx else None
         try:
-            return replace(file, tokens=len(engine.tokenize(file.block(), special=False)))
-        except EngineError:
-            return file
+            file = read_attachment(path, limit=limit or ANY_CONTEXT, regular_only=True)
+            result: Attachment | str = count_one(engine, file)
+        except AttachmentError as exc:
+            result = str(exc)
+        self.app.call_from_thread(self._read_done, path, result, told, round_)
+
+    def _read_done(self, path: str, result: Attachment | str, told, round_: int) -> None:
+        if round_ != self._round:
+            return  # detached meanwhile
+        if path in self.reading:
+            self.reading.remove(path)
+        if isinstance(result, str):
+            self._tell(result, told, error=True)
+            return
+        self.files.append(result)
+        self.show()
+        self._tell(f"attached {result.name}: {len(self.files)} file(s) for the next message", told)
+
+    def _tell(self, sentence: str, told, error: bool = False) -> None:
+        self.app.set_status(sentence, error=error)
+        if told is not None:
+            told(sentence)
 
     def context(self) -> tuple[int, int]:
         """(n_ctx, the reply's room) of the model loaded; (0, 0) before one is."""
@@ -105,24 +137,51 @@ class AttachBox:
 
     def ready(self, text: str) -> str | None:
         """The problem (one sentence with the numbers) when the message with its files cannot
-        fit even alone; None when it can be sent."""
+        fit even alone, or while a file is still being read or cut; None when it can be sent.
+        Files whose counts already exceed the room are refused without tokenizing again."""
+        if self.reading:
+            return f"{self.reading[0]} is still being read; press Enter again once it is attached"
+        if self.trimming:
+            return "the files are still being cut; press Enter again in a moment"
+        n_ctx, budget = self.context()
+        counts = [f.tokens for f in self.files]
+        if n_ctx and counts and None not in counts:
+            problem = fit_problem(sum(counts), n_ctx, budget)  # (the files alone: too many)
+            if problem:
+                return problem
         return self.app.session.too_long(text, self.files) or None
 
     def trim(self, typed: str) -> None:
         """Cut the files to the tokens left beside the typed message, the system prompt and
-        the reply's room: the choice to send only the start of what is too big."""
-        engine, n_ctx = self.app.engine, self.context()[0]
+        the reply's room: the choice to send only the start of what is too big (in a
+        thread: it tokenizes every file)."""
+        engine, (n_ctx, budget) = self.app.engine, self.context()
         if not self.files or engine is None or not n_ctx:
             self.app.set_status("nothing to trim: no files attached, or no model loaded")
             return
         session = self.app.session
         head = f"{session.system_prompt}\n" if session.system_prompt else ""
+        self.trimming = True
+        self.app.set_status("cutting the files to what fits…")
+        job = partial(self._trim, engine, head + typed, n_ctx - budget, self.files, self._round)
+        self.app.run_worker(job, thread=True, group="attach", exit_on_error=False)
+
+    def _trim(self, engine, typed: str, room: int, files, round_: int) -> None:
         try:
-            used = len(engine.tokenize(head + typed, special=False)) + FRAMING_TOKENS
-            self.files = trimmed(engine, self.files, n_ctx - self.context()[1] - used)
+            used = len(engine.tokenize(typed, special=False)) + FRAMING_TOKENS
+            result: list[Attachment] | str = trimmed(engine, files, room - used)
         except EngineError as exc:
-            self.app.set_status(f"could not trim the files: {exc}", error=True)
+            result = f"could not trim the files: {exc}"
+        self.app.call_from_thread(self._trim_done, result, len(files), round_)
+
+    def _trim_done(self, result: list[Attachment] | str, cut: int, round_: int) -> None:
+        self.trimming = False
+        if round_ != self._round:
+            return  # detached meanwhile
+        if isinstance(result, str):
+            self.app.set_status(result, error=True)
             return
+        self.files = result + self.files[cut:]  # (files attached meanwhile stay whole)
         self.app.set_status("files cut to what fits: Enter sends the message")
         self.show()
 

@@ -51,9 +51,7 @@ class GrammarSampler:
         self.lib = w.lib
         self.n_vocab = w.n_vocab
         self.source = grammar.source or "the grammar"
-        self.smpl = w.lib.llama_sampler_init_grammar(
-            w.vocab, grammar.gbnf.encode("utf-8"), grammar.root.encode("utf-8")
-        )
+        self.smpl = w.lib.llama_sampler_init_grammar(w.vocab, *self._c_text(grammar))
         if not self.smpl:
             reason = _log_reason()
             raise GrammarUnusable(
@@ -67,6 +65,16 @@ class GrammarSampler:
         self.one, self.one_arr = self._buffer(1)
         self.full_passes = 0  # steps that needed the whole vocabulary (speed notes, tests)
         self.steps = 0
+
+    def _c_text(self, grammar: Grammar) -> tuple[bytes, bytes]:
+        """The grammar and its root as C strings (a NUL would cut the grammar short)."""
+        try:
+            gbnf, root = grammar.gbnf.encode("utf-8"), grammar.root.encode("utf-8")
+        except UnicodeEncodeError:
+            raise GrammarUnusable(f"{self.source} is not text (a lone surrogate)") from None
+        if b"\0" in gbnf or b"\0" in root:
+            raise GrammarUnusable(f"{self.source} holds a NUL character")
+        return gbnf, root
 
     def _buffer(self, n: int):
         buf = np.zeros(n, dtype=DTYPE)

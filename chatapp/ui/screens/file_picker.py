@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -13,7 +14,8 @@ from textual.widgets import DirectoryTree, Static
 
 
 class FilePickerScreen(ModalScreen[None]):
-    """Each file chosen is handed to `attach` at once (the chat's AttachBox)."""
+    """Each file chosen is handed to `attach` at once (the chat's AttachBox.add), with the
+    note to update when it is read."""
 
     DEFAULT_CSS = """
     FilePickerScreen { align: center middle; }
@@ -43,5 +45,8 @@ class FilePickerScreen(ModalScreen[None]):
         self.query_one(DirectoryTree).focus()
 
     def on_directory_tree_file_selected(self, event: DirectoryTree.FileSelected) -> None:
-        note = self.attach(str(event.path))
-        self.query_one("#picker-note", Static).update(note)
+        self.attach(str(event.path), self.show_note)  # (read in a thread: told when done)
+
+    def show_note(self, note: str) -> None:
+        if self.is_attached:
+            self.query_one("#picker-note", Static).update(Text(note))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -59,7 +60,7 @@ class GrammarScreen(ModalScreen[Grammar | str | None]):
         try:
             grammar = load_grammar(path)
         except GrammarError as exc:
-            self.query_one("#grammar-error", Static).update(str(exc))
+            self.query_one("#grammar-error", Static).update(Text(str(exc)))
             return
         self.dismiss(grammar)
 
