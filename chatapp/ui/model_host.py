@@ -9,6 +9,7 @@ from textual import on, work
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
+from chatapp import jsonfile
 from chatapp.chat.session import ChatSession
 from chatapp.config import Config
 from chatapp.engine.factory import make_engine
@@ -252,6 +253,15 @@ class ModelHost(ChatShell):
         shown = [ShownToken(p.id, p.piece, special=p.special) for p in pieces]
         self.call_from_thread(self.token_panel.show_typed, shown)
 
+    def on_mount(self) -> None:
+        jsonfile.listen(self._file_kept_aside)
+
+    def _file_kept_aside(self, sentence: str) -> None:
+        """A saved file that did not parse was renamed aside: say where (from any thread)."""
+        self.notify(sentence, title="Saved file kept aside", severity="warning", markup=False,
+                    timeout=20)  # fmt: skip
+
     async def on_unmount(self) -> None:
+        jsonfile.unlisten(self._file_kept_aside)
         if self.engine is not None:
             self.engine.close()
