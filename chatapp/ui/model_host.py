@@ -52,6 +52,7 @@ class ModelHost(ChatShell):
         self.options = options
         self.engine_factory = engine_factory
         self.engine: Engine | None = None  # set when loaded; the session gets it when ready
+        self._starting: Engine | None = None  # the engine being loaded, until it is ready
         self._loading = False
         self.load_error: str | None = None  # why the last load failed (None: it did not)
         self.cadence = SMOOTH  # how often a streaming reply is drawn (set per model)
@@ -86,7 +87,7 @@ class ModelHost(ChatShell):
         try:
             if self.engine is not None:
                 self.engine.close()
-            engine = self.engine_factory()
+            engine = self._starting = self.engine_factory()
             info = engine.start()  # GPU step-down and CPU fallbacks happen inside
             for note in engine.notes:
                 self.post_message(NoticeShown(note))
@@ -105,6 +106,7 @@ class ModelHost(ChatShell):
         if message.engine is not None:
             self.engine = message.engine
         self._loading = False
+        self._starting = None
         self.session.attach(self.engine, message.info)
         self.cadence = cadence_for(message.info, physical_cores())
         self.stats_panel.info = message.info
@@ -143,6 +145,7 @@ class ModelHost(ChatShell):
     def on_engine_failed(self, message: EngineFailed) -> None:
         self.load_error = message.message
         self._loading = False
+        self._starting = None
         self.engine = None
         self.session.detach()
         self.stats_panel.stats = self.stats_panel.stats.but(state="no model")
@@ -262,6 +265,11 @@ class ModelHost(ChatShell):
                     timeout=20)  # fmt: skip
 
     async def on_unmount(self) -> None:
+        """Quit does not wait for the model: its worker is killed whatever it does (a load, a
+        tune, a capture, a reply), so the threads waiting on it end at once and the process
+        exits (Python joins those threads before it does)."""
         jsonfile.unlisten(self._file_kept_aside)
-        if self.engine is not None:
-            self.engine.close()
+        for engine in (self._starting, self.engine):
+            if engine is not None:
+                engine.kill("the app is quitting")
+                engine.close()

@@ -67,6 +67,7 @@ class LocalEngine:
         self._kill_reason = ""
         self._loaded_options = options
         self._replies = 0  # replies begun by this worker (a crash in the first names the CPU)
+        self._closed = False  # close() was called: a start() under way gives up
         self.notes: list[str] = []  # what start() had to do to load (step-down, fallback)
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -80,7 +81,9 @@ class LocalEngine:
         remembered per file; any other refusal, such as an unknown architecture, fails at
         once), and a worker that crashes in llama.cpp's extra CPU buffers (AMX, repacking) on its
         first compute is started again without them (remembered for this machine). What
-        happened is in `notes`, one sentence each."""
+        happened is in `notes`, one sentence each. A close() from another thread (the app
+        quitting) ends it at once with an EngineError."""
+        self._closed = False
         check_model_file(self.options.model_path)
         if self.options.draft_model:
             check_model_file(self.options.draft_model)
@@ -92,7 +95,9 @@ class LocalEngine:
             try:
                 info = self._start_surviving(replace(options, n_gpu_layers=layers))
             except EngineError as exc:
-                if layers == steps[-1] or not gpu_fallback.out_of_memory(str(exc), self.log.text()):
+                if self._closed or layers == steps[-1]:
+                    raise
+                if not gpu_fallback.out_of_memory(str(exc), self.log.text()):
                     raise  # fewer GPU layers cannot help: this error says why
                 first_error = first_error or exc
                 continue
@@ -120,7 +125,8 @@ class LocalEngine:
         return self._spawn(replace(options, repack=False))
 
     def _spawn(self, options: LoadOptions) -> ModelInfo:
-        self.close()
+        self._end_worker()
+        self._given_up()
         self._kill_reason = ""
         self._loaded_options = options
         self._replies = 0
@@ -141,6 +147,7 @@ class LocalEngine:
         child.close()
         side_child.close()
         self._proc, self._conn, self._side = proc, parent, side_parent
+        self._given_up()  # a close() that came while it started ends it here
         what = "loading the model"
         while True:
             msg = self._recv(timeout=LOAD_TIMEOUT_S, what=what)
@@ -162,16 +169,28 @@ class LocalEngine:
         return self._proc.pid if self._proc else None
 
     def close(self) -> None:
-        """End the worker (frees all model and GPU memory)."""
+        """End the worker (frees all model and GPU memory). Called from another thread while
+        start() runs, that start gives up (EngineError) rather than load or load again. For a
+        quit that must not wait, kill() first: the worker then ends whatever it was doing."""
+        self._closed = True
+        self._end_worker()
+
+    def _given_up(self) -> None:
+        if self._closed:
+            self._end_worker()
+            raise EngineError("the model was not loaded: it was closed while loading")
+
+    def _end_worker(self) -> None:
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        try:
-            with self._send_lock:
-                self._conn.send(("close",))
-        except (OSError, ValueError):
-            pass
-        proc.join(timeout=2.0)
+        if proc.is_alive():
+            try:
+                with self._send_lock:
+                    self._conn.send(("close",))
+            except (OSError, ValueError):
+                pass
+            proc.join(timeout=2.0)
         if proc.is_alive():
             proc.kill()
             proc.join(timeout=2.0)
