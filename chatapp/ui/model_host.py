@@ -126,9 +126,12 @@ class ModelHost(ChatShell):
         """The tune on first use moved on: the status line while idle, one notice at the end,
         and the Speed panel shows what runs now."""
         line, note = autotune_watch.describe(message.status)
+        crashed = message.status.get("state") == "crashed"
         if line and not self.busy:
-            self.set_status(line)
-        if note:
+            self.set_status(line, error=crashed)
+        if note and crashed:
+            self.notify(note, title="Tune crashed", severity="error", markup=False, timeout=10)
+        elif note:
             self.notify(note, title="Tuned for this machine", timeout=8)
         if message.status.get("state") == "done" and self.engine is not None:
             self.session.info = self.engine.info

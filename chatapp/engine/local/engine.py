@@ -67,6 +67,8 @@ class LocalEngine:
         self._kill_reason = ""
         self._loaded_options = options
         self._replies = 0  # replies begun by this worker (a crash in the first names the CPU)
+        self._tuning_now = None  # shared with the worker: 1 while a slice of its tune runs
+        self._tune_crash = ""  # how the tune on first use crashed the worker ("" if it did not)
         self._closed = False  # close() was called: a start() under way gives up
         self.notes: list[str] = []  # what start() had to do to load (step-down, fallback)
 
@@ -127,18 +129,19 @@ class LocalEngine:
     def _spawn(self, options: LoadOptions) -> ModelInfo:
         self._end_worker()
         self._given_up()
-        self._kill_reason = ""
+        self._kill_reason = self._tune_crash = ""
         self._loaded_options = options
         self._replies = 0
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         side_parent, side_child = ctx.Pipe()
+        self._tuning_now = ctx.Value("b", 0, lock=False)  # no lock: one writer, one byte
         self.log.begin()
         from chatapp.engine.local import worker
 
         proc = ctx.Process(
             target=worker.main,
-            args=(child, side_child, options, str(self.log_path), self.nice),
+            args=(child, side_child, options, str(self.log_path), self.nice, self._tuning_now),
             name="chatapp-worker",
             daemon=True,
         )
@@ -253,14 +256,12 @@ class LocalEngine:
             # (the signal that killed it is the most useful word of the message).
             self._proc.join(timeout=1.0)
         code = self._proc.exitcode if self._proc is not None else None
+        tune_crash = self._tune_crashed_it()
+        if tune_crash:  # whichever call noticed, the tune's slice is what died
+            message = "the model worker died while tuning for this machine"
         shown = None if self._kill_reason else code  # our own SIGKILL: the reason says why
-        if shown is not None and shown < 0:
-            try:
-                message += f" (signal {signal.Signals(-shown).name})"
-            except ValueError:
-                message += f" (signal {-shown})"
-        elif shown:
-            message += f" (exit code {shown})"
+        if shown:
+            message += f" ({exit_words(shown)})"
         log = self.log.text()
         sig = cpu_backend.crash_signal(shown)
         buffers = extra_buffers_from_log(log)
@@ -269,9 +270,19 @@ class LocalEngine:
             # Its first reply: the backend's first real compute. The next start goes without.
             machine.remember(repack_crash=cpu_backend.backend_name(buffers))
             cause = cpu_backend.fallback_notice(buffers, sig, now=False)
+        if tune_crash:
+            self._tune_crash = exit_words(code)
+            machine.remember_tune_crash(self.options.model_path, self._tune_crash)
+            cause = "this file is not tuned on first use again here (`chatapp tune` still can)"
         message += f": {cause}" if cause else ""
         tail = useful_lines(log)
         return EngineCrashed(message + "; start it again to continue", tail, code)
+
+    def _tune_crashed_it(self) -> bool:
+        """Whether the worker died inside a slice of its tune (not killed by us, not closed)."""
+        if self._proc is None or self._kill_reason or self._tuning_now is None:
+            return False
+        return bool(self._proc.exitcode) and bool(self._tuning_now.value)
 
     @property
     def log_path(self) -> Path:
@@ -333,6 +344,8 @@ class LocalEngine:
         info = self.info
         if info is None or info.tuned or info.n_gpu_layers > 0 or not self.alive:
             return False
+        if machine.tune_crashed(self.options.model_path):
+            return False  # it crashed the worker here before: never again on its own
         free = {
             "flash_attn": self.options.flash_attn is None,
             "threads": self.options.n_threads is None,
@@ -347,8 +360,14 @@ class LocalEngine:
     def autotune_status(self) -> dict | None:
         """The tune's progress: {"state": "tuning", "done", "total"}, {"state": "done",
         "chosen", ...} (the engine's info then says what runs), {"state": "failed", "error"},
-        or None when no tune ran."""
-        status = self._side_call(("autotune_status",))
+        {"state": "crashed", "error"} when it crashed the worker (remembered: the next start
+        does not tune this file), or None when no tune ran."""
+        try:
+            status = self._side_call(("autotune_status",))
+        except EngineCrashed as exc:
+            if self._tune_crash:
+                return {"state": "crashed", "error": str(exc)}
+            raise
         if status and status.get("state") == "done" and status.get("info") is not None:
             self.info = replace(status["info"], tuned=True)
         return status
@@ -387,6 +406,16 @@ class LocalEngine:
                 return self._side.recv()
             except (EOFError, OSError) as exc:
                 raise self._crashed("the model worker died") from exc
+
+
+def exit_words(code: int) -> str:
+    """How a worker ended, in words: "signal SIGSEGV", "exit code 3"."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"signal {signal.Signals(-code).name}"
+    except ValueError:
+        return f"signal {-code}"
 
 
 @contextlib.contextmanager
