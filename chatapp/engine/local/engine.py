@@ -17,7 +17,7 @@ import numpy as np
 
 from chatapp import paths
 from chatapp.engine.inside import Inspection, InspectRequest
-from chatapp.engine.local import cpu_backend, gpu_fallback, huge_pages, machine
+from chatapp.engine.local import cpu_backend, gpu_fallback, huge_pages, machine, side_pipe
 from chatapp.engine.local.perplexity import PerplexityJob
 from chatapp.engine.local.worker_log import WorkerLog, extra_buffers_from_log, useful_lines
 from chatapp.engine.protocol import (
@@ -36,6 +36,10 @@ from chatapp.sampling import SamplerSettings
 
 LOAD_TIMEOUT_S = 300.0
 POLL_S = 0.05
+SIDE_PIPE_ENDED = (
+    "the model worker stopped answering tokenize and capture requests (see its log); "
+    "start the model again"
+)
 
 
 def check_model_file(path: str) -> None:
@@ -403,9 +407,14 @@ class LocalEngine:
                 while not self._side.poll(POLL_S):
                     if not self.alive:
                         raise self._crashed("the model worker died")
-                return self._side.recv()
+                reply = self._side.recv()
             except (EOFError, OSError) as exc:
+                if self.alive:  # its side thread ended: the pipe was closed on the way out
+                    raise EngineError(SIDE_PIPE_ENDED) from exc
                 raise self._crashed("the model worker died") from exc
+        if isinstance(reply, side_pipe.SideFailure):
+            raise EngineError(reply.message)
+        return reply
 
 
 def exit_words(code: int) -> str:
