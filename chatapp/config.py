@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from chatapp import paths
+from chatapp import jsonfile, paths
 from chatapp.errors import ChatappError
 from chatapp.sampling import PRESETS, SamplerSettings, SettingsError
 
@@ -316,20 +316,18 @@ def state_file() -> Path:
 
 
 def load_state() -> dict[str, Any]:
-    """The remembered UI choices ({} when there are none or the file is unreadable)."""
-    try:
-        data = json.loads(state_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    """The remembered UI choices ({} when there are none or unreadable; a broken file is kept
+    aside)."""
+    return jsonfile.read_dict(state_file())
 
 
 def save_state(**values: Any) -> None:
-    """Remember some UI choices (merged into the file, written atomically)."""
+    """Remember some UI choices (merged into the file under its lock, written atomically)."""
     path = state_file()
-    data = {**load_state(), **values}
     try:
-        paths.write_json_atomic(path, data)
+        jsonfile.update(path, lambda state: state.update(values))
+    except jsonfile.JsonFileError as exc:
+        raise ConfigError(f"cannot save the UI choices: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"cannot save {path} ({exc.strerror or exc})") from None
 

@@ -128,3 +128,40 @@ async def test_the_chat_tunes_on_first_use_and_says_what_it_chose(
         assert app.engine.info.tuned
         assert app.query_one(StatsPanel).info.tuned
     assert machine.tuned(model_path)["auto"]
+
+
+async def test_a_tune_that_crashes_the_worker_is_said_remembered_and_not_run_again(
+    model_path, fresh_dirs, monkeypatch
+):
+    """llama.cpp crashing in a slice of the tune (SIGSEGV, as a bad kernel would) reaches the
+    chat as an error, and the next start of this file does not tune (and crash) again."""
+    import os
+    import signal
+
+    from helpers import status as status_line
+    from helpers import wait_until
+
+    from chatapp.config import Config
+    from chatapp.ui.app import ChatApp
+
+    monkeypatch.setenv("CHATAPP_AUTOTUNE", "1")
+    options = LoadOptions(model_path, n_ctx=1024, n_gpu_layers=0)
+    app = ChatApp(lambda: LocalEngine(options), config=Config(autotune=True))
+    said: list[tuple[str, dict]] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: "tuning for this machine" in status_line(app), 120)
+        app.notify = lambda text, **kw: said.append((text, kw))
+        os.kill(app.engine.pid, signal.SIGSEGV)
+        await wait_until(pilot, lambda: said, 30)
+        text, kw = said[0]
+        assert kw["title"] == "Tune crashed" and kw["severity"] == "error"
+        assert text == (
+            "the model worker died while tuning for this machine (signal SIGSEGV): this file "
+            "is not tuned on first use again here (`chatapp tune` still can); start it again "
+            "to continue"
+        )
+        assert status_line(app).startswith("error: the tune on first use crashed the model")
+    assert machine.tune_crashed(model_path) == "signal SIGSEGV"
+    with LocalEngine(options) as again:
+        assert not again.info.tuned and not again.start_autotune()
+        assert again.autotune_status() is None

@@ -53,3 +53,35 @@ async def test_copy_keys_put_the_text_on_the_clipboard_and_say_so():
         await pilot.press("alt+a")
         assert app.clipboard.startswith("## You\n\nHello there\n\n## Assistant\n\nHere is")
         assert notices[-1].startswith("copied the conversation as Markdown: ")
+
+
+def test_the_clipboard_limit_keeps_the_whole_osc52_sequence_within_100_kb():
+    import base64
+
+    fits = "x" * copying.CLIPBOARD_MAX_BYTES
+    sequence = f"\x1b]52;c;{base64.b64encode(fits.encode()).decode()}\a"
+    assert len(sequence) <= copying.OSC52_MAX_BYTES == 100_000
+    assert copying.fits_clipboard(fits) and not copying.fits_clipboard(fits + "x")
+    assert not copying.fits_clipboard("é" * (copying.CLIPBOARD_MAX_BYTES // 2 + 1))  # 2 bytes
+
+
+async def test_a_reply_too_large_for_the_clipboard_is_not_copied_and_it_says_so():
+    app = ChatApp(lambda: ScriptedEngine())
+    said: list[tuple[str, dict]] = []
+    huge = "Ω" * 60_000  # 120,000 bytes of UTF-8
+    async with app.run_test(size=SIZE) as pilot:
+        app.notify = lambda text, **kw: said.append((text, kw))
+        await send(pilot, app, "Hello there")
+        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        app.conversation = [*app.conversation[:-1], ChatMessage("assistant", huge)]
+        await pilot.press("alt+c")
+        assert app.clipboard == ""  # nothing sent to the terminal
+        text, kw = said[-1]
+        assert text == (
+            "not copied: the reply is 120,000 bytes, more than the 74,994 a terminal takes "
+            "through OSC 52 (its clipboard sequence); `chatapp history show` prints the chat"
+        )
+        assert kw["title"] == "Not copied" and kw["severity"] == "warning"
+        app.conversation = [*app.conversation[:-1], ChatMessage("assistant", huge[:30_000])]
+        await pilot.press("alt+c")
+        assert app.clipboard == huge[:30_000] and said[-1][0].startswith("copied the reply: ")

@@ -11,6 +11,12 @@ from chatapp.engine.protocol import ChatMessage
 
 _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^\n]*)$")
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
+# The clipboard is written with OSC 52 (ESC ] 52 ; c ; BASE64 BEL). Terminals cap that sequence:
+# ChromeOS's hterm takes 100,000 bytes (its osc52.sh sends nothing longer; vim-oscyank's default
+# cap is the same), others drop or cut longer ones silently. So no longer one is sent.
+OSC52_MAX_BYTES = 100_000
+OSC52_FRAME = len("\x1b]52;c;\a")
+CLIPBOARD_MAX_BYTES = (OSC52_MAX_BYTES - OSC52_FRAME) // 4 * 3  # of UTF-8 text: 74,994
 
 
 def code_blocks(markdown: str) -> list[str]:
@@ -69,3 +75,17 @@ def describe(what: str, text: str) -> str:
     """The notice after a copy: what, and how long."""
     lines = text.count("\n") + 1 if text else 0
     return f"copied {what}: {len(text):,} characters, {lines:,} line{'s' if lines != 1 else ''}"
+
+
+def fits_clipboard(text: str) -> bool:
+    """Whether OSC 52 can carry the text to the terminal's clipboard (CLIPBOARD_MAX_BYTES)."""
+    return len(text.encode("utf-8", "surrogatepass")) <= CLIPBOARD_MAX_BYTES
+
+
+def too_large(what: str, text: str) -> str:
+    """The notice when a copy is refused: what, its size, the limit and what to do instead."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    return (
+        f"not copied: {what} is {size:,} bytes, more than the {CLIPBOARD_MAX_BYTES:,} a terminal "
+        "takes through OSC 52 (its clipboard sequence); `chatapp history show` prints the chat"
+    )

@@ -3,11 +3,10 @@ prompts.json beside it (config.toml is the user's own file and is never rewritte
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from chatapp import paths
+from chatapp import jsonfile, paths
 from chatapp.config import Config
 from chatapp.errors import ChatappError, UsageError
 
@@ -30,13 +29,8 @@ def prompts_file() -> Path:
 
 
 def saved_prompts() -> dict[str, str]:
-    """The prompts saved from F2 ({} when none or the file is unreadable)."""
-    try:
-        data = json.loads(prompts_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
+    """The prompts saved from F2 ({} when none or unreadable; a broken file is kept aside)."""
+    data = jsonfile.read_dict(prompts_file())
     return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
 
 
@@ -54,24 +48,30 @@ def save_prompt(name: str, text: str) -> None:
         raise PromptError(f"a prompt's name is one word without spaces or @, got {name!r}")
     if not text.strip():
         raise PromptError("the prompt is empty; write its text first")
-    _write({**saved_prompts(), name: text})
+    _update(lambda saved: saved.update({name: text}))
 
 
 def delete_prompt(name: str, config: Config) -> None:
     """Delete a saved prompt; config.toml's own are deleted there (one sentence says so)."""
-    saved = saved_prompts()
-    if name not in saved:
-        if name in config.prompts:
-            raise PromptError(f"{name} is in config.toml ([prompts.{name}]); delete it there")
-        raise PromptError(f"there is no prompt named {name}")
-    del saved[name]
-    _write(saved)
+
+    def remove(saved: dict) -> None:
+        if not isinstance(saved.get(name), str):
+            if name in config.prompts:
+                raise PromptError(f"{name} is in config.toml ([prompts.{name}]); delete it there")
+            raise PromptError(f"there is no prompt named {name}")
+        del saved[name]
+
+    _update(remove)
 
 
-def _write(data: dict[str, str]) -> None:
+def _update(change) -> None:
+    """Change prompts.json under its lock (another app's save is kept; a broken file is kept
+    aside first, never overwritten)."""
     path = prompts_file()
     try:
-        paths.write_json_atomic(path, data)
+        jsonfile.update(path, change)
+    except jsonfile.JsonFileError as exc:
+        raise PromptError(f"cannot save the prompt: {exc}") from None
     except OSError as exc:
         raise PromptError(f"cannot save {path} ({exc.strerror or exc})") from None
 

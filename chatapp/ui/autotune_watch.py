@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
+from chatapp.engine.protocol import EngineError
+
 POLL_S = 0.5
 OFF_ENV = "CHATAPP_AUTOTUNE"  # "0" turns the tune on first use off whatever config says
 
@@ -37,6 +39,9 @@ def describe(status: dict) -> tuple[str, str]:
         return f"tuning for this machine: {pct}% (your messages go first)", ""
     if state == "failed":
         return "", f"the tune on first use failed: {status.get('error')}; `chatapp tune` measures"
+    if state == "crashed":
+        line = "error: the tune on first use crashed the model worker; the next message starts it"
+        return line, str(status.get("error"))
     gain = status.get("gain_over_before")
     faster = f", {gain:.2f}x the defaults" if gain and gain > 1.005 else ""
     saved = (
@@ -57,7 +62,7 @@ def follow(app, engine) -> None:
         time.sleep(POLL_S)
         try:
             status = engine.autotune_status()
-        except Exception:  # the worker went away (a new model, a crash): nothing to follow
+        except EngineError:  # the engine was closed or replaced: nothing to follow
             return
         if status is None:
             return

@@ -12,6 +12,9 @@ class CopyActions:
     _code_turn: tuple[int, int] = (-1, -1)  # (the reply's length, the block copied last)
 
     def _copy(self, text: str, what: str) -> None:
+        if not copying.fits_clipboard(text):  # a terminal would drop or cut it: say so
+            self.notify(copying.too_large(what, text), title="Not copied", severity="warning")
+            return
         self.copy_to_clipboard(text)
         self.notify(copying.describe(what, text), title="Copied", timeout=4)
 

@@ -9,6 +9,7 @@ from textual import on, work
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
+from chatapp import jsonfile
 from chatapp.chat.session import ChatSession
 from chatapp.config import Config
 from chatapp.engine.factory import make_engine
@@ -51,6 +52,7 @@ class ModelHost(ChatShell):
         self.options = options
         self.engine_factory = engine_factory
         self.engine: Engine | None = None  # set when loaded; the session gets it when ready
+        self._starting: Engine | None = None  # the engine being loaded, until it is ready
         self._loading = False
         self.load_error: str | None = None  # why the last load failed (None: it did not)
         self.cadence = SMOOTH  # how often a streaming reply is drawn (set per model)
@@ -85,7 +87,7 @@ class ModelHost(ChatShell):
         try:
             if self.engine is not None:
                 self.engine.close()
-            engine = self.engine_factory()
+            engine = self._starting = self.engine_factory()
             info = engine.start()  # GPU step-down and CPU fallbacks happen inside
             for note in engine.notes:
                 self.post_message(NoticeShown(note))
@@ -104,6 +106,7 @@ class ModelHost(ChatShell):
         if message.engine is not None:
             self.engine = message.engine
         self._loading = False
+        self._starting = None
         self.session.attach(self.engine, message.info)
         self.cadence = cadence_for(message.info, physical_cores())
         self.stats_panel.info = message.info
@@ -123,9 +126,12 @@ class ModelHost(ChatShell):
         """The tune on first use moved on: the status line while idle, one notice at the end,
         and the Speed panel shows what runs now."""
         line, note = autotune_watch.describe(message.status)
+        crashed = message.status.get("state") == "crashed"
         if line and not self.busy:
-            self.set_status(line)
-        if note:
+            self.set_status(line, error=crashed)
+        if note and crashed:
+            self.notify(note, title="Tune crashed", severity="error", markup=False, timeout=10)
+        elif note:
             self.notify(note, title="Tuned for this machine", timeout=8)
         if message.status.get("state") == "done" and self.engine is not None:
             self.session.info = self.engine.info
@@ -142,6 +148,7 @@ class ModelHost(ChatShell):
     def on_engine_failed(self, message: EngineFailed) -> None:
         self.load_error = message.message
         self._loading = False
+        self._starting = None
         self.engine = None
         self.session.detach()
         self.stats_panel.stats = self.stats_panel.stats.but(state="no model")
@@ -252,6 +259,20 @@ class ModelHost(ChatShell):
         shown = [ShownToken(p.id, p.piece, special=p.special) for p in pieces]
         self.call_from_thread(self.token_panel.show_typed, shown)
 
+    def on_mount(self) -> None:
+        jsonfile.listen(self._file_kept_aside)
+
+    def _file_kept_aside(self, sentence: str) -> None:
+        """A saved file that did not parse was renamed aside: say where (from any thread)."""
+        self.notify(sentence, title="Saved file kept aside", severity="warning", markup=False,
+                    timeout=20)  # fmt: skip
+
     async def on_unmount(self) -> None:
-        if self.engine is not None:
-            self.engine.close()
+        """Quit does not wait for the model: its worker is killed whatever it does (a load, a
+        tune, a capture, a reply), so the threads waiting on it end at once and the process
+        exits (Python joins those threads before it does)."""
+        jsonfile.unlisten(self._file_kept_aside)
+        for engine in (self._starting, self.engine):
+            if engine is not None:
+                engine.kill("the app is quitting")
+                engine.close()

@@ -195,3 +195,47 @@ def test_copy_reaches_tmux_with_set_clipboard_on(term, model_path):
     assert buffer.strip() and buffer.strip().split()[0] in term.screen()
     term.keys("C-q")
     term.wait_for(PROMPT)
+
+
+def _worker_of(term: Tmux, timeout: float = 60) -> tuple[int, int]:
+    """(the app's pid, its model worker's pid), as soon as the worker is spawned."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        apps = [p for p, a in _children(term.shell_pid()) if "chatapp.cli" in a]
+        workers = [p for app in apps for p, a in _children(app) if "spawn_main" in a]
+        if workers:
+            return apps[0], workers[0]
+        time.sleep(0.01)
+    raise AssertionError(f"no model worker was spawned:\n{term.screen()}")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("phase", ["loading", "tuning"])
+def test_quit_ends_the_app_at_once_whatever_the_worker_does(term, model_path, phase):
+    """A worker stopped midway (only SIGKILL reaches it: a load that never ends, a tune stuck
+    in llama.cpp) does not keep the app alive after ctrl+q: it is killed, and the threads
+    waiting on it end."""
+    tune = "CHATAPP_AUTOTUNE=1 " if phase == "tuning" else ""
+    term.line(tune + _chat(model_path) + ("" if tune else " --no-autotune"))
+    app, worker = _worker_of(term)
+    if phase == "tuning":
+        term.wait_for("tuning for this machine")
+    os.kill(worker, signal.SIGSTOP)  # a load: as if the file were huge or the disk slow
+    term.wait_for("tuning for this machine" if tune else "loading the model")
+    time.sleep(0.5)
+    assert "ready: " not in term.screen() or tune, "the load was to be caught midway"
+    quit_at = time.monotonic()
+    term.keys("C-q")
+    shown = term.wait_for(PROMPT, timeout=30)
+    took = time.monotonic() - quit_at
+    print(f"quit while {phase}: the shell prompt was back {took:.2f} s after ctrl+q")
+    assert "Traceback" not in shown
+    assert _gone(app) and _gone(worker)
+    _assert_sane(term.terminal_modes())

@@ -17,7 +17,7 @@ import numpy as np
 
 from chatapp import paths
 from chatapp.engine.inside import Inspection, InspectRequest
-from chatapp.engine.local import cpu_backend, gpu_fallback, huge_pages, machine
+from chatapp.engine.local import cpu_backend, gpu_fallback, huge_pages, machine, side_pipe
 from chatapp.engine.local.perplexity import PerplexityJob
 from chatapp.engine.local.worker_log import WorkerLog, extra_buffers_from_log, useful_lines
 from chatapp.engine.protocol import (
@@ -36,6 +36,10 @@ from chatapp.sampling import SamplerSettings
 
 LOAD_TIMEOUT_S = 300.0
 POLL_S = 0.05
+SIDE_PIPE_ENDED = (
+    "the model worker stopped answering tokenize and capture requests (see its log); "
+    "start the model again"
+)
 
 
 def check_model_file(path: str) -> None:
@@ -67,6 +71,9 @@ class LocalEngine:
         self._kill_reason = ""
         self._loaded_options = options
         self._replies = 0  # replies begun by this worker (a crash in the first names the CPU)
+        self._tuning_now = None  # shared with the worker: 1 while a slice of its tune runs
+        self._tune_crash = ""  # how the tune on first use crashed the worker ("" if it did not)
+        self._closed = False  # close() was called: a start() under way gives up
         self.notes: list[str] = []  # what start() had to do to load (step-down, fallback)
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -80,7 +87,9 @@ class LocalEngine:
         remembered per file; any other refusal, such as an unknown architecture, fails at
         once), and a worker that crashes in llama.cpp's extra CPU buffers (AMX, repacking) on its
         first compute is started again without them (remembered for this machine). What
-        happened is in `notes`, one sentence each."""
+        happened is in `notes`, one sentence each. A close() from another thread (the app
+        quitting) ends it at once with an EngineError."""
+        self._closed = False
         check_model_file(self.options.model_path)
         if self.options.draft_model:
             check_model_file(self.options.draft_model)
@@ -92,7 +101,9 @@ class LocalEngine:
             try:
                 info = self._start_surviving(replace(options, n_gpu_layers=layers))
             except EngineError as exc:
-                if layers == steps[-1] or not gpu_fallback.out_of_memory(str(exc), self.log.text()):
+                if self._closed or layers == steps[-1]:
+                    raise
+                if not gpu_fallback.out_of_memory(str(exc), self.log.text()):
                     raise  # fewer GPU layers cannot help: this error says why
                 first_error = first_error or exc
                 continue
@@ -120,19 +131,21 @@ class LocalEngine:
         return self._spawn(replace(options, repack=False))
 
     def _spawn(self, options: LoadOptions) -> ModelInfo:
-        self.close()
-        self._kill_reason = ""
+        self._end_worker()
+        self._given_up()
+        self._kill_reason = self._tune_crash = ""
         self._loaded_options = options
         self._replies = 0
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         side_parent, side_child = ctx.Pipe()
+        self._tuning_now = ctx.Value("b", 0, lock=False)  # no lock: one writer, one byte
         self.log.begin()
         from chatapp.engine.local import worker
 
         proc = ctx.Process(
             target=worker.main,
-            args=(child, side_child, options, str(self.log_path), self.nice),
+            args=(child, side_child, options, str(self.log_path), self.nice, self._tuning_now),
             name="chatapp-worker",
             daemon=True,
         )
@@ -141,6 +154,7 @@ class LocalEngine:
         child.close()
         side_child.close()
         self._proc, self._conn, self._side = proc, parent, side_parent
+        self._given_up()  # a close() that came while it started ends it here
         what = "loading the model"
         while True:
             msg = self._recv(timeout=LOAD_TIMEOUT_S, what=what)
@@ -162,16 +176,28 @@ class LocalEngine:
         return self._proc.pid if self._proc else None
 
     def close(self) -> None:
-        """End the worker (frees all model and GPU memory)."""
+        """End the worker (frees all model and GPU memory). Called from another thread while
+        start() runs, that start gives up (EngineError) rather than load or load again. For a
+        quit that must not wait, kill() first: the worker then ends whatever it was doing."""
+        self._closed = True
+        self._end_worker()
+
+    def _given_up(self) -> None:
+        if self._closed:
+            self._end_worker()
+            raise EngineError("the model was not loaded: it was closed while loading")
+
+    def _end_worker(self) -> None:
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        try:
-            with self._send_lock:
-                self._conn.send(("close",))
-        except (OSError, ValueError):
-            pass
-        proc.join(timeout=2.0)
+        if proc.is_alive():
+            try:
+                with self._send_lock:
+                    self._conn.send(("close",))
+            except (OSError, ValueError):
+                pass
+            proc.join(timeout=2.0)
         if proc.is_alive():
             proc.kill()
             proc.join(timeout=2.0)
@@ -234,14 +260,12 @@ class LocalEngine:
             # (the signal that killed it is the most useful word of the message).
             self._proc.join(timeout=1.0)
         code = self._proc.exitcode if self._proc is not None else None
+        tune_crash = self._tune_crashed_it()
+        if tune_crash:  # whichever call noticed, the tune's slice is what died
+            message = "the model worker died while tuning for this machine"
         shown = None if self._kill_reason else code  # our own SIGKILL: the reason says why
-        if shown is not None and shown < 0:
-            try:
-                message += f" (signal {signal.Signals(-shown).name})"
-            except ValueError:
-                message += f" (signal {-shown})"
-        elif shown:
-            message += f" (exit code {shown})"
+        if shown:
+            message += f" ({exit_words(shown)})"
         log = self.log.text()
         sig = cpu_backend.crash_signal(shown)
         buffers = extra_buffers_from_log(log)
@@ -250,9 +274,19 @@ class LocalEngine:
             # Its first reply: the backend's first real compute. The next start goes without.
             machine.remember(repack_crash=cpu_backend.backend_name(buffers))
             cause = cpu_backend.fallback_notice(buffers, sig, now=False)
+        if tune_crash:
+            self._tune_crash = exit_words(code)
+            machine.remember_tune_crash(self.options.model_path, self._tune_crash)
+            cause = "this file is not tuned on first use again here (`chatapp tune` still can)"
         message += f": {cause}" if cause else ""
         tail = useful_lines(log)
         return EngineCrashed(message + "; start it again to continue", tail, code)
+
+    def _tune_crashed_it(self) -> bool:
+        """Whether the worker died inside a slice of its tune (not killed by us, not closed)."""
+        if self._proc is None or self._kill_reason or self._tuning_now is None:
+            return False
+        return bool(self._proc.exitcode) and bool(self._tuning_now.value)
 
     @property
     def log_path(self) -> Path:
@@ -314,6 +348,8 @@ class LocalEngine:
         info = self.info
         if info is None or info.tuned or info.n_gpu_layers > 0 or not self.alive:
             return False
+        if machine.tune_crashed(self.options.model_path):
+            return False  # it crashed the worker here before: never again on its own
         free = {
             "flash_attn": self.options.flash_attn is None,
             "threads": self.options.n_threads is None,
@@ -328,8 +364,14 @@ class LocalEngine:
     def autotune_status(self) -> dict | None:
         """The tune's progress: {"state": "tuning", "done", "total"}, {"state": "done",
         "chosen", ...} (the engine's info then says what runs), {"state": "failed", "error"},
-        or None when no tune ran."""
-        status = self._side_call(("autotune_status",))
+        {"state": "crashed", "error"} when it crashed the worker (remembered: the next start
+        does not tune this file), or None when no tune ran."""
+        try:
+            status = self._side_call(("autotune_status",))
+        except EngineCrashed as exc:
+            if self._tune_crash:
+                return {"state": "crashed", "error": str(exc)}
+            raise
         if status and status.get("state") == "done" and status.get("info") is not None:
             self.info = replace(status["info"], tuned=True)
         return status
@@ -365,9 +407,24 @@ class LocalEngine:
                 while not self._side.poll(POLL_S):
                     if not self.alive:
                         raise self._crashed("the model worker died")
-                return self._side.recv()
+                reply = self._side.recv()
             except (EOFError, OSError) as exc:
+                if self.alive:  # its side thread ended: the pipe was closed on the way out
+                    raise EngineError(SIDE_PIPE_ENDED) from exc
                 raise self._crashed("the model worker died") from exc
+        if isinstance(reply, side_pipe.SideFailure):
+            raise EngineError(reply.message)
+        return reply
+
+
+def exit_words(code: int) -> str:
+    """How a worker ended, in words: "signal SIGSEGV", "exit code 3"."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"signal {signal.Signals(-code).name}"
+    except ValueError:
+        return f"signal {-code}"
 
 
 @contextlib.contextmanager

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-from chatapp import paths
+from chatapp import jsonfile, paths
 from chatapp.engine.protocol import EngineError, LoadOptions, resolved_gpu_layers
 from chatapp.errors import ModelFileError
 
@@ -31,24 +30,14 @@ def _memory_path() -> Path:
 
 def remembered_layers(model_path: str) -> int | None:
     """GPU layers that last loaded this file, if a step-down was ever needed."""
-    try:
-        value = json.loads(_memory_path().read_text(encoding="utf-8")).get(model_path)
-    except (OSError, ValueError):
-        return None
+    value = jsonfile.read_dict(_memory_path()).get(model_path)
     return value if isinstance(value, int) else None
 
 
 def remember_layers(model_path: str, layers: int) -> None:
-    path = _memory_path()
     try:
-        data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    except (OSError, ValueError):
-        data = {}
-    data[model_path] = layers
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    except OSError:
+        jsonfile.update(_memory_path(), lambda data: data.update({model_path: layers}))
+    except (OSError, jsonfile.JsonFileError):
         pass  # best effort: the next load steps down again
 
 

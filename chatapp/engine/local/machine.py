@@ -5,15 +5,15 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
-import json
 import os
 import platform
 import re
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from chatapp import paths
+from chatapp import jsonfile, paths
 
 MEMORY_FILE = "machine.json"
 
@@ -112,30 +112,47 @@ def _memory_path() -> Path:
     return paths.cache_dir() / MEMORY_FILE
 
 
-def _load() -> dict[str, Any]:
-    try:
-        data = json.loads(_memory_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+def _entry_key() -> str:
+    return f"{machine_key()} || {build_key()}"
 
 
 def recall() -> dict[str, Any]:
-    """What is remembered for this machine and llama.cpp build ({} when nothing is)."""
-    entry = _load().get(f"{machine_key()} || {build_key()}", {})
+    """What is remembered for this machine and llama.cpp build ({} when nothing is; a broken
+    machine.json is kept aside, never overwritten)."""
+    entry = jsonfile.read_dict(_memory_path()).get(_entry_key(), {})
     return entry if isinstance(entry, dict) else {}
 
 
-def remember(**values: Any) -> None:
-    """Merge values into this machine and build's entry (atomic write, best effort)."""
-    data = _load()
-    key = f"{machine_key()} || {build_key()}"
-    entry = data.get(key) if isinstance(data.get(key), dict) else {}
-    data[key] = {**entry, **values}
+def _update_entry(change: Callable[[dict[str, Any]], None]) -> None:
+    """Change this machine and build's entry under the file's lock (another process's saves
+    are kept), atomically; best effort."""
+
+    def apply(data: dict[str, Any]) -> None:
+        key = _entry_key()
+        entry = data.get(key) if isinstance(data.get(key), dict) else {}
+        change(entry)
+        data[key] = entry
+
     try:
-        paths.write_json_atomic(_memory_path(), data)
-    except OSError:
+        jsonfile.update(_memory_path(), apply)
+    except (OSError, jsonfile.JsonFileError):
         pass  # the next start finds out again
+
+
+def remember(**values: Any) -> None:
+    """Merge values into this machine and build's entry."""
+    _update_entry(lambda entry: entry.update(values))
+
+
+def _remember_for_file(field: str, model_path: str, value: Any) -> None:
+    """Set one file's value in a per-file table of the entry (such as "tuned")."""
+    key = file_key(model_path)
+
+    def change(entry: dict[str, Any]) -> None:
+        table = entry.get(field) if isinstance(entry.get(field), dict) else {}
+        entry[field] = {**table, key: value}
+
+    _update_entry(change)
 
 
 def repack_crashes() -> str:
@@ -164,13 +181,29 @@ def file_key(model_path: str) -> str:
     return f"gguf {size} {h.hexdigest()[:16]}"
 
 
+def _recalled_for_file(field: str, model_path: str) -> Any:
+    """This file's value in a per-file table of the entry (None when there is none)."""
+    table = recall().get(field)
+    return table.get(file_key(model_path)) if isinstance(table, dict) else None
+
+
 def tuned(model_path: str) -> dict[str, Any] | None:
     """The best settings `chatapp tune` measured for this file here, if it ran."""
-    value = recall().get("tuned", {}).get(file_key(model_path))
+    value = _recalled_for_file("tuned", model_path)
     return value if isinstance(value, dict) else None
 
 
 def remember_tuned(model_path: str, best: dict[str, Any]) -> None:
-    entry = recall().get("tuned", {})
-    entry = entry if isinstance(entry, dict) else {}
-    remember(tuned={**entry, file_key(model_path): best})
+    _remember_for_file("tuned", model_path, best)
+
+
+def tune_crashed(model_path: str) -> str:
+    """How the tune on first use crashed the worker for this file here ("" if it never did)."""
+    value = _recalled_for_file("tune_crashed", model_path)
+    return value if isinstance(value, str) else ""
+
+
+def remember_tune_crash(model_path: str, how: str) -> None:
+    """A tune that crashed the worker (e.g. "SIGSEGV"): the next start does not tune this file
+    again on this machine and build, as a crashed load does not repack again."""
+    _remember_for_file("tune_crashed", model_path, how)

@@ -4,13 +4,21 @@ generating (the inspector has its own llama.cpp context, so a capture never wait
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from chatapp.engine.inside import InspectRequest
     from chatapp.engine.local.inspector import Inspector
     from chatapp.engine.local.loaded_model import LoadedModel
+
+
+@dataclass(frozen=True)
+class SideFailure:
+    """The answer to a request that failed in the worker: the parent raises it as an error."""
+
+    message: str
 
 
 def start(worker: LoadedModel, side: Connection) -> None:
@@ -19,23 +27,47 @@ def start(worker: LoadedModel, side: Connection) -> None:
 
 
 def serve_side(worker: LoadedModel, side: Connection) -> None:
-    """Tokenize requests on their own pipe, answered even while a reply is generating."""
+    """Tokenize requests on their own pipe, answered even while a reply is generating. Every
+    request gets an answer (a SideFailure when it failed); if this thread ends for any other
+    reason the pipe is closed, so the parent hears of it instead of waiting."""
     inspector: list[Inspector] = []  # made on the first capture, lives as long as the worker
-    while True:
-        try:
-            msg = side.recv()
-        except (EOFError, OSError):
-            return
+    try:
+        while True:
+            try:
+                msg = side.recv()
+            except (EOFError, OSError):
+                return
+            _send(side, answer(worker, inspector, msg))
+    finally:
+        side.close()
+
+
+def answer(worker: LoadedModel, inspector: list, msg: tuple) -> Any:
+    """The reply to one request; a SideFailure (one sentence) when it raised."""
+    try:
         if msg[0] == "tokenize":
             _, text, special = msg
             ids = worker.tokenize(text, add_bos=False, special=special)
-            side.send(worker.pieces(ids))
-        elif msg[0] == "template":
-            side.send(worker.render_prompt(msg[1]))
-        elif msg[0] == "autotune_status":
-            side.send(getattr(worker, "autotune_status", None))
-        elif msg[0] == "inspect":
-            side.send(inspect(worker, inspector, msg[1]))
+            return worker.pieces(ids)
+        if msg[0] == "template":
+            return worker.render_prompt(msg[1])
+        if msg[0] == "autotune_status":
+            return getattr(worker, "autotune_status", None)
+        if msg[0] == "inspect":
+            return inspect(worker, inspector, msg[1])
+        return SideFailure(f"the model worker got an unknown request ({msg[0]!r})")
+    except Exception as exc:
+        return SideFailure(f"{msg[0]} failed in the model worker: {type(exc).__name__}: {exc}")
+
+
+def _send(side: Connection, reply: Any) -> None:
+    """Send a reply; one that cannot be pickled is sent as a SideFailure instead."""
+    try:
+        side.send(reply)
+    except OSError:
+        raise  # the parent is gone: serve_side ends
+    except Exception as exc:  # pickling failed before anything was written
+        side.send(SideFailure(f"the model worker could not send its answer ({exc})"))
 
 
 def inspect(worker: LoadedModel, made: list, request: InspectRequest):

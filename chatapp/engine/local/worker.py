@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
 
 from chatapp.engine.local import perplexity, side_pipe
 from chatapp.engine.local.autotune import AutoTune
@@ -14,11 +15,20 @@ from chatapp.engine.local.token_loop import Generation
 from chatapp.engine.local.worker_log import WorkerLog, load_error_from_log
 from chatapp.engine.protocol import LoadOptions
 
+if TYPE_CHECKING:
+    from ctypes import c_byte
+
 
 def main(
-    conn: Connection, side: Connection, options: LoadOptions, log_path: str, nice: int = 0
+    conn: Connection,
+    side: Connection,
+    options: LoadOptions,
+    log_path: str,
+    nice: int = 0,
+    tuning: c_byte | None = None,
 ) -> None:
-    """Entry point of the worker process."""
+    """Entry point of the worker process. `tuning` (shared with the parent) is 1 while a slice
+    of the tune on first use runs: a crash with it set is the tune's."""
     redirect_output(log_path)
     if nice > 0:
         _lower_priority(nice)
@@ -51,7 +61,17 @@ def main(
             return
     conn.send(("loaded", worker.described(log.text())))
     side_pipe.start(worker, side)
-    serve(worker, conn)
+    serve(worker, conn, tuning)
+
+
+def _tune_slice(tuner: AutoTune, tuning: c_byte | None) -> bool:
+    """One slice of the tune, flagged for the parent (left set if llama.cpp crashes in it)."""
+    if tuning is not None:
+        tuning.value = 1
+    more = tuner.step()
+    if tuning is not None:
+        tuning.value = 0
+    return more
 
 
 def _lower_priority(nice: int) -> None:
@@ -92,14 +112,14 @@ def _load_error(path: str, exc: Exception, log_text: str = "") -> str:
     return f"could not load {path}: {reason}"
 
 
-def serve(worker: LoadedModel, conn: Connection) -> None:
+def serve(worker: LoadedModel, conn: Connection, tuning: c_byte | None = None) -> None:
     """The main pipe: replies and scoring, one at a time, until "close" or the pipe ends.
     While nothing is asked, a tune on first use (autotune) goes on in short slices."""
     tuner: AutoTune | None = None
     while True:
         try:
             if tuner is not None and not conn.poll(0):
-                if not tuner.step():
+                if not _tune_slice(tuner, tuning):
                     worker.autotune_status, tuner = tuner.status, None
                 else:
                     worker.autotune_status = tuner.status
