@@ -114,3 +114,51 @@ def test_thread_stats_of_a_reply():
     assert stats["threads"] == 1 and stats["threads_most"] == 2
     assert stats["thread_switches"][0][1] == 1 and stats["thread_switches"][0][0] >= 100
     assert thread_stats(None, 0, 3) == {"threads": 3, "threads_most": 3}
+
+
+def test_disturbed_means_other_programs_took_cores_the_threads_needed():
+    from chatapp.models.compare_result import disturbed
+
+    assert disturbed(1.0, threads=2, cores=2)  # a spinner on a 2-core box, 2 threads
+    assert not disturbed(0.1, threads=2, cores=2)  # a daemon's blip
+    assert not disturbed(1.0, threads=8, cores=64)  # the spinner had cores of its own
+    assert disturbed(57.0, threads=8, cores=64)
+    assert not disturbed(None, threads=2, cores=2)
+
+
+def test_bench_says_which_repetitions_ran_beside_a_busy_program():
+    from chatapp.commands.bench import Run, format_report, summarize
+    from chatapp.engine.protocol import LoadOptions
+
+    runs = {
+        "engine": [Run(100, 50, 64)] * 3,
+        "llama-cpp-python": [Run(99, 49, 64)] * 3,
+        "bare decode": [Run(110, 52, 64)] * 3,
+    }
+    report = summarize(runs, LoadOptions(model_path="m.gguf", n_threads=2), 64, 256, 3)
+    report["busy_cores"] = [0.02, 1.01, 0.03]
+    report["disturbed_reps"] = [2]
+    text = format_report(report)
+    assert "! repetition 2 ran while other programs used up to 1.0 cores" in text
+    report["disturbed_reps"] = []
+    assert "!" not in format_report(report)
+
+
+@pytest.mark.slow
+def test_a_reply_says_its_threads_and_a_pinned_count_never_moves(model_path):
+    from chatapp.engine.factory import make_engine
+    from chatapp.engine.protocol import ChatMessage, Finished, GenerateRequest, LoadOptions
+    from chatapp.sampling import SamplerSettings
+
+    request = GenerateRequest(
+        messages=(ChatMessage("user", "Count to twenty."),),
+        settings=SamplerSettings(temperature=0.0, max_tokens=24),
+    )
+    for threads, adapt in ((None, True), (2, False)):
+        options = LoadOptions(model_path=model_path, n_ctx=512, n_gpu_layers=0, n_threads=threads)
+        with make_engine(options) as engine:
+            end = next(e for e in engine.generate(request) if isinstance(e, Finished))
+        st = end.stats
+        assert st.threads >= 1 and st.threads_most >= st.threads
+        if not adapt:
+            assert st.thread_switches == () and st.threads == 2 == st.threads_most
