@@ -86,13 +86,13 @@ def stats_footer(
 
 
 def threads_text(st) -> str:
-    """'threads 1 of 2: another program is busy' while the count is below the quiet one;
-    'threads 2 of 2 (changed 3 times)' once back; '' when unknown."""
+    """'1 of 2: another program is busy' while the count is below the quiet one; '2 of 2
+    (changed 3 times)' once back; '2' when it never moved; '' when unknown (a server)."""
     if not st.threads_most:
         return ""
     changes = len(st.thread_switches)
     if st.threads < st.threads_most:
-        return f"threads {st.threads} of {st.threads_most}: another program is busy"
+        return f"{st.threads} of {st.threads_most}: another program is busy"
     if changes:
-        return f"threads {st.threads} of {st.threads_most} (changed {changes} times)"
-    return f"threads {st.threads}"
+        return f"{st.threads} of {st.threads_most} (changed {changes} times)"
+    return f"{st.threads}"

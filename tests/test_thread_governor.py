@@ -162,3 +162,32 @@ def test_a_reply_says_its_threads_and_a_pinned_count_never_moves(model_path):
         assert st.threads >= 1 and st.threads_most >= st.threads
         if not adapt:
             assert st.thread_switches == () and st.threads == 2 == st.threads_most
+
+
+def test_the_speed_panel_and_ask_say_when_another_program_took_a_core():
+    from chatapp.metrics import GenerationStats
+    from chatapp.stats_text import threads_text
+
+    busy = GenerationStats(threads=1, threads_most=2, thread_switches=((3, 1, "busy"),))
+    assert threads_text(busy) == "1 of 2: another program is busy"
+    back = GenerationStats(
+        threads=2, threads_most=2, thread_switches=((3, 1, "busy"), (90, 2, "free"))
+    )
+    assert threads_text(back) == "2 of 2 (changed 2 times)"
+    assert threads_text(GenerationStats(threads=2, threads_most=2)) == "2"
+    assert threads_text(GenerationStats()) == ""  # a server: nothing known
+
+
+def test_the_speed_panels_threads_line_shows_the_live_count():
+    from chatapp.engine.protocol import ModelInfo
+    from chatapp.ui.widgets.stats import run_settings
+
+    info = ModelInfo(
+        path="m.gguf", n_vocab=10, n_ctx=64, n_ctx_train=64, load_s=0.1,
+        gpu_offload_supported=False, n_gpu_layers=0, n_layers=2, n_threads=2,
+        has_chat_template=True, repack=False,
+    )  # fmt: skip
+    assert run_settings(info).startswith("2 · fa off")
+    assert run_settings(info, "1 of 2: another program is busy").startswith(
+        "1 of 2: another program is busy · fa off"
+    )

@@ -206,7 +206,7 @@ def stats_line(finished: Finished) -> str:
         f"({st.prompt_evaluated} tok) | decode {decode_text(st.decode_tps)} | "
         f"{tokens_text(st.completion_tokens)} | {stop_text(finished.reason)}"
         + (f" | {draft_text(st)}" if st.draft else "")
-        + (f" | {threads_text(st)}" if st.thread_switches else "")
+        + (f" | threads {threads_text(st)}" if st.thread_switches else "")
     )
 
 
