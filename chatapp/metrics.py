@@ -34,6 +34,14 @@ class GenerationStats:
     """Verification batches that held at least one draft token."""
     draft: str = ""
     """Where drafts came from: "ngram", "model", or "" (no speculation)."""
+    threads: int = 0
+    """llama.cpp's threads when the reply ended (0: not known, as from a server)."""
+    threads_most: int = 0
+    """The count on a quiet machine (tuned); fewer while another program took a core."""
+    thread_switches: tuple[tuple[int, int, str], ...] = ()
+    """(token index, threads, why) for each change during the reply."""
+    busy_cores: float | None = None
+    """Cores other programs used at the last reading during the reply (None: not read)."""
 
     @property
     def acceptance(self) -> float | None:

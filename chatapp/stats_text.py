@@ -83,3 +83,16 @@ def stats_footer(
     if stop:
         parts.append(stop_text(stop))
     return " · ".join([*parts, *extra])
+
+
+def threads_text(st) -> str:
+    """'1 of 2: another program is busy' while the count is below the quiet one; '2 of 2
+    (changed 3 times)' once back; '2' when it never moved; '' when unknown (a server)."""
+    if not st.threads_most:
+        return ""
+    changes = len(st.thread_switches)
+    if st.threads < st.threads_most:
+        return f"{st.threads} of {st.threads_most}: another program is busy"
+    if changes:
+        return f"{st.threads} of {st.threads_most} (changed {changes} times)"
+    return f"{st.threads}"

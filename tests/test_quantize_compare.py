@@ -224,3 +224,60 @@ def test_compare_with_a_fake_engine(tmp_path):
     table = compare_format.format_table(result)
     assert "! broken.gguf: could not load" in table and "! othertok.gguf" in table
     assert "-" in compare_format.to_markdown(result).splitlines()[-1]  # missing figures shown as -
+
+
+def _orphan_spinner() -> int:
+    """A process spinning on a core that is not this one's child (its parent shell exits):
+    another program, as far as the measurement can tell."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        ["sh", "-c", f"{sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(out.stdout.strip())
+
+
+class _DisturbedEngine(FakeEngine):
+    """The fake engine; the file named busy.gguf replies while another program spins."""
+
+    def generate(self, request):
+        import os
+        import signal
+        import time
+
+        if "busy" not in self.path:
+            yield from super().generate(request)
+            return
+        pid = _orphan_spinner()
+        try:
+            end = time.monotonic() + 1.0
+            while time.monotonic() < end:
+                time.sleep(0.05)  # the reply takes a second, and this process idles meanwhile
+            yield from super().generate(request)
+        finally:
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_compare_marks_a_file_whose_speed_was_measured_beside_a_busy_program(tmp_path):
+    names = ["ref.gguf", "busy.gguf", "quiet.gguf"]
+    for name in names:
+        (tmp_path / name).symlink_to(smollm2_path())
+    result = compare.compare(
+        [str(tmp_path / n) for n in names],
+        tokens=5,
+        reference=tmp_path / "ref.gguf",
+        make_engine=_DisturbedEngine,
+        save=False,
+    )
+    runs = {Path(r.path).name: r for r in result.runs}
+    busy = runs["busy.gguf"]
+    assert busy.disturbed and busy.busy_share > 0  # a core taken from the run's threads
+    assert "busy.gguf's speed was measured while other programs used" in busy.note
+    table = compare_format.format_table(result)
+    busy_row = next(line for line in table.splitlines() if line.startswith("busy.gguf"))
+    assert "*" in busy_row  # its speed cells are marked in the table itself
+    assert "! busy.gguf: busy.gguf's speed was measured" in table

@@ -73,6 +73,14 @@ def bench(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
+    busy: Annotated[
+        bool,
+        typer.Option(
+            "--busy",
+            help="with programs of its own spinning on 1 (and N-1) of N cores: the engine vs "
+            "llama-bench at each fixed thread count, and when the thread count switched",
+        ),
+    ] = False,
     ui: Annotated[bool, typer.Option("--ui", help="stream through the real TUI, headless")] = False,
     terminal: Annotated[
         bool,
@@ -142,6 +150,10 @@ def bench(
             f"--depth {depth} + --tokens {tokens} do not fit in a context of "
             f"{options.n_ctx} tokens: give a larger --ctx (or n_ctx in config.toml)"
         )
+    if busy:
+        from chatapp.commands.busy_bench import print_busy_bench
+
+        raise typer.Exit(print_busy_bench(options, tokens, depth, reps, llama_bench))
     if terminal:
         from chatapp.ui.terminal_bench import print_terminal_bench
 

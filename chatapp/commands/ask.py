@@ -35,6 +35,7 @@ from chatapp.stats_text import (
     draft_text,
     prefill_text,
     stop_text,
+    threads_text,
     tokens_text,
     ttft_text,
 )
@@ -151,6 +152,14 @@ def run_ask(
                 "acceptance": st.acceptance,
                 "mean_accepted": st.mean_accepted,
             },
+            "threads": {
+                "used": st.threads,
+                "most": st.threads_most,
+                "switches": [
+                    {"token": i, "threads": n, "why": w} for i, n, w in st.thread_switches
+                ],
+                "busy_cores": st.busy_cores,
+            },
             "breakdown": breakdown.as_dict(st, load_s=info.load_s if info else None),
             "tokens": [
                 {
@@ -201,6 +210,7 @@ def stats_line(finished: Finished) -> str:
         f"({st.prompt_evaluated} tok) | decode {decode_text(st.decode_tps)} | "
         f"{tokens_text(st.completion_tokens)} | {stop_text(finished.reason)}"
         + (f" | {draft_text(st)}" if st.draft else "")
+        + (f" | threads {threads_text(st)}" if st.thread_switches else "")
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing as mp
+import os
 import signal
 import subprocess
 import sys
@@ -14,8 +15,10 @@ from pathlib import Path
 
 from chatapp import paths
 from chatapp.engine.local import huge_pages
+from chatapp.engine.local.cpu_load import OtherPrograms
 from chatapp.engine.protocol import Finished, GenerateRequest, LoadOptions
 from chatapp.metrics import median
+from chatapp.models.compare_result import disturbed
 from chatapp.sampling import SamplerSettings
 
 BENCH_SETTINGS = SamplerSettings(
@@ -252,6 +255,7 @@ def run_bench(
             )
     log = str(paths.log_dir() / "bench-llama-cpp-python.log")
     results: dict[str, list[Run]] = {"engine": [], "llama-cpp-python": [], "bare decode": []}
+    busy: list[float | None] = []
     if llama_bench:
         results.update({name: [] for name in LLAMA_BENCH_VARIANTS})
     if llama_server:
@@ -290,6 +294,7 @@ def run_bench(
                 llama_bench,
                 as_json,
                 info.weights_in_memory,
+                busy,
             )
     if llama_bench:
         results["best llama-bench"] = best_of(
@@ -297,6 +302,10 @@ def run_bench(
         )
     report = summarize(results, options, tokens, prompt_tokens, reps)
     report["tokens_asked"] = asked
+    report["busy_cores"] = [None if b is None else round(b, 2) for b in busy]
+    report["disturbed_reps"] = [
+        i + 1 for i, b in enumerate(busy) if disturbed(b, options.threads, os.cpu_count() or 1)
+    ]
     report["weights_in_memory"] = info.weights_in_memory
     if as_json:
         print(json.dumps(report, indent=2))
@@ -315,8 +324,11 @@ def _alternate(
     llama_bench: Path | None,
     as_json: bool,
     in_memory: bool = False,
+    busy: list | None = None,
 ) -> None:
-    """Each repetition runs every contender once, back to back, on its own prompt."""
+    """Each repetition runs every contender once, back to back, on its own prompt; `busy`
+    gets the cores other programs used during each repetition."""
+    busy = [] if busy is None else busy
     engine, pool, bare = sides["engine"], sides["llama-cpp-python"], sides["bare decode"]
     prompts = [_prompt_ids(engine, prompt_tokens, r) for r in range(reps + 1)]
     engine_run(engine, prompts[-1], 8)  # warm-up, every side
@@ -326,6 +338,7 @@ def _alternate(
     if server is not None:
         server.run(prompts[-1], 8, BENCH_SETTINGS)
     for rep in range(reps):
+        others = OtherPrograms()  # this process and its children (every contender) left out
         results["engine"].append(engine_run(engine, prompts[rep], tokens))
         results["llama-cpp-python"].append(pool.apply(_lcp_run, (prompts[rep], tokens)))
         results["bare decode"].append(bare.apply(_bare_run, (prompts[rep], tokens)))
@@ -336,6 +349,7 @@ def _alternate(
                 results[name].append(
                     llama_bench_run(llama_bench, options, prompt_tokens, tokens, variant, in_memory)
                 )
+        busy.append(others())
         if not as_json:
             print(
                 f"rep {rep + 1}/{reps}: "
@@ -418,6 +432,13 @@ def format_report(report: dict) -> str:
         dec = "n/a" if r["decode"] is None else f"{r['decode']:.3f}x"
         pre = "n/a" if r["prefill"] is None else f"{r['prefill']:.3f}x"
         lines.append(f"{name:<32} decode {dec}  prefill {pre}")
+    if report.get("disturbed_reps"):
+        reps = ", ".join(map(str, report["disturbed_reps"]))
+        most = max(b for b in report["busy_cores"] if b is not None)
+        lines.append(
+            f"! repetition {reps} ran while other programs used up to {most:.1f} cores: "
+            "those figures are unsure; run again on a quiet machine"
+        )
     return "\n".join(lines)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chatapp.engine.local.cpu_load import OtherPrograms, share_of_cpu
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineError,
@@ -21,7 +23,7 @@ from chatapp.engine.protocol import (
 )
 from chatapp.gguf.header import inspect
 from chatapp.models import perplexity
-from chatapp.models.compare_result import CompareResult, RunResult
+from chatapp.models.compare_result import CompareResult, RunResult, disturbed
 from chatapp.models.compare_runs import save_result
 from chatapp.sampling import SamplerSettings
 
@@ -120,7 +122,11 @@ def _run_one(
     scored = text_score = None
     try:
         info = engine.start()
+        others = OtherPrograms()  # this process and the worker left out
         reply, finished = reply_ids(engine, request)
+        busy_cores = others()
+        busy = share_of_cpu(busy_cores)
+        unsure = disturbed(busy_cores, info.n_threads, os.cpu_count() or 1)
         if scoring is None:
             ids = [t.id for t in engine.tokenize(REFERENCE_TEXT, special=False)]
             scored = _Scored(ids, engine.score(ids))
@@ -147,6 +153,8 @@ def _run_one(
         else:
             ppl = quality(scored.logprobs, scored.logprobs, ids)[2]
             note = "another tokenizer than the reference: agreement and KL not compared"
+    if unsure:
+        note = "; ".join(filter(None, [disturbed_note(Path(path).name, busy), note]))
     stats = finished.stats if finished else None
     result = RunResult(
         path=path,
@@ -166,11 +174,21 @@ def _run_one(
         top1_agreement=agree,
         mean_kl=kl,
         perplexity=ppl,
+        busy_share=busy,
+        disturbed=unsure,
         note=note,
     )
     if text_score is not None:
         result = with_text_score(result, text_score)
     return result, scored, reply
+
+
+def disturbed_note(name: str, share: float) -> str:
+    """The sentence a speed measured beside another busy program gets."""
+    return (
+        f"{name}'s speed was measured while other programs used {share:.0%} of the CPU: "
+        "run again on a quiet machine before ranking it"
+    )
 
 
 @dataclass(frozen=True)

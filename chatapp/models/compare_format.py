@@ -47,8 +47,16 @@ def _columns(result: CompareResult) -> tuple:
     return table_columns(bool(result.text_file))
 
 
+SPEED_COLUMNS = ("TTFT ms", "prefill t/s", "decode t/s")
+
+
 def _cells(r: RunResult, columns: tuple = COLUMNS) -> list[str]:
-    return ["-" if (v := get(r)) is None else fmt.format(v) for _, get, fmt in columns]
+    """A row's cells; a speed measured beside a busy program is marked '*' (see its note)."""
+    mark = "*" if r.disturbed else ""
+    return [
+        "-" if (v := get(r)) is None else fmt.format(v) + (mark if head in SPEED_COLUMNS else "")
+        for head, get, fmt in columns
+    ]
 
 
 def _bar(value: float, top: float, width: int = 24) -> str:
@@ -86,7 +94,8 @@ def format_table(result: CompareResult) -> str:
         top = max(values, default=0.0)
         out += ["", title]
         for r, v in zip(result.runs, values, strict=True):
-            out.append(f"  {r.name.ljust(name_w)}  {_bar(v, top)} {v:.1f}{unit}")
+            mark = " *" if r.disturbed and title == "decode speed" else ""
+            out.append(f"  {r.name.ljust(name_w)}  {_bar(v, top)} {v:.1f}{unit}{mark}")
     if result.text_file:
         scored = max((r.scored_tokens for r in result.runs), default=0)
         scored_on = f"{scored} tokens of {result.text_file} scored in chunks of {result.text_ctx}"

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+SPARE_CORES = 0.25  # other programs may use this much of a core beyond the spare ones
+
+
+def disturbed(busy_cores: float | None, threads: int, cores: int) -> bool:
+    """Whether other programs took time from llama.cpp's threads: they used more than the
+    cores its threads left free (plus a quarter of one, for the odd daemon)."""
+    return busy_cores is not None and busy_cores > max(cores - threads, 0) + SPARE_CORES
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -35,6 +43,9 @@ class RunResult:
     rms_dp: float | None = None
     scored_tokens: int = 0
     score_s: float | None = None
+    busy_share: float | None = None
+    """Share of all CPUs other programs used while its speed was measured (None: unknown)."""
+    disturbed: bool = False  # ... enough to take time from its threads: its speed is unsure
     error: str = ""  # the file could not be run
     note: str = ""  # something to know about the figures
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from chatapp.stats_text import threads_text
 from chatapp.ui.prompt_input import PromptInput
 from chatapp.ui.reply import footer_for
 from chatapp.ui.shell import settle_gc
@@ -111,6 +112,7 @@ class ReplyEvents:
             n_past=st.n_past,
             n_ctx=st.n_ctx or self.stats_panel.stats.n_ctx,
             drafted=sum(t.drafted for t in reply.tokens),
+            threads=threads_text(st),
         )
         model = self.info.path if self.info else ""
         self.stats_panel.notes = self.report.note(ev, model, reply.first_paint_s)

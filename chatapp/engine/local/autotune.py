@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from chatapp.engine.local import machine, tune
+from chatapp.engine.local.cpu_load import OtherPrograms, share_of_cpu
 
 if TYPE_CHECKING:
     from chatapp.engine.local.loaded_model import LoadedModel
@@ -86,7 +87,7 @@ class AutoTune:
         self._slices.close()  # frees a scratch context still open
 
     def _run(self) -> Iterator[None]:
-        self._cpu_before = _cpu_seconds()
+        self._others = OtherPrograms(children=False)
         ids = self._filler(DEEP + DECODE_TOKENS + 2)
         # One scratch context per flash attention setting, both open, and the trials taken
         # in turn: timed in separate stretches, a machine whose speed drifts (a shared host)
@@ -175,7 +176,7 @@ class AutoTune:
         current = next((t for t in self.trials if (t.flash_attn, t.threads) == now), None)
         self.w.reconfigure(best.flash_attn, best.threads)
         depths = sorted({d for t in self.trials for d in t.rates})
-        busy = _others_share(self._cpu_before, _cpu_seconds())
+        busy = share_of_cpu(self._others())
         saved = busy is None or busy <= float(os.environ.get(BUSY_ENV, BUSY_SHARE))
         if saved:
             self._save(best, depths)
@@ -209,29 +210,6 @@ class AutoTune:
                 "auto": True,
             },
         )
-
-
-def _cpu_seconds() -> tuple[float, float, float] | None:
-    """(busy seconds of every CPU, this process's CPU seconds, wall time) from /proc/stat
-    (Linux); None elsewhere."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [float(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    tick = os.sysconf("SC_CLK_TCK")
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)
-    times = os.times()
-    return (sum(fields) - idle) / tick, times.user + times.system, time.monotonic()
-
-
-def _others_share(before, after) -> float | None:
-    """The share of all CPUs that other programs used between two readings."""
-    if before is None or after is None:
-        return None
-    wall = after[2] - before[2]
-    others = (after[0] - before[0]) - (after[1] - before[1])
-    return max(0.0, others) / (wall * (os.cpu_count() or 1)) if wall > 0 else None
 
 
 def _decode(lib, ctx, tokens: list[int]) -> float:

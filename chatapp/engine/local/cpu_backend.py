@@ -24,6 +24,8 @@ def choose(options: LoadOptions) -> tuple[LoadOptions, bool]:
     Returns the options and whether a tune's result was used."""
     best = machine.tuned(options.model_path)
     changes: dict = {}
+    if options.n_threads is not None:
+        changes["adapt_threads"] = False  # the user's count (--threads, config) is kept
     if best and runs_as_tuned(best, options):
         if options.n_threads is None and isinstance(best.get("threads"), int):
             changes["n_threads"] = best["threads"]

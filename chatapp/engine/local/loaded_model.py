@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from chatapp.engine.local import huge_pages, template
+from chatapp.engine.local.cpu_load import OtherPrograms
 from chatapp.engine.local.llama_open import fill_batch, open_llama
+from chatapp.engine.local.thread_governor import ThreadGovernor
 from chatapp.engine.local.timebound import call_with_timeout
 from chatapp.engine.local.worker_log import (
     extra_buffers_from_log,
@@ -80,6 +82,8 @@ class LoadedModel:
         llama_cpp.llama_model_desc(self.model, desc, 256)
         n_layers = llama_cpp.llama_model_n_layer(self.model)
         gpu_ok = bool(llama_cpp.llama_supports_gpu_offload())
+        offloaded = _offloaded_layers(gpu_ok, options.n_gpu_layers, n_layers)
+        self.governor = self._governor(options.threads, options.adapt_threads, offloaded < n_layers)
         self.info = ModelInfo(
             path=options.model_path,
             n_vocab=self.n_vocab,
@@ -87,7 +91,7 @@ class LoadedModel:
             n_ctx_train=llama_cpp.llama_model_n_ctx_train(self.model),
             load_s=load_s,
             gpu_offload_supported=gpu_ok,
-            n_gpu_layers=_offloaded_layers(gpu_ok, options.n_gpu_layers, n_layers),
+            n_gpu_layers=offloaded,
             n_layers=n_layers,
             n_threads=options.threads,
             has_chat_template=bool(self.chat_template),
@@ -100,6 +104,18 @@ class LoadedModel:
             repack=options.repack is not False,
             huge_pages=huge_pages.in_use(),
             weights_in_memory=self.llama.model_params.load_mode == llama_cpp.LLAMA_LOAD_MODE_NONE,
+        )
+
+    def _governor(self, most: int, adapt: bool, cpu_bound: bool) -> ThreadGovernor | None:
+        """The live thread count's keeper, where the CPU runs (some of) the model with more
+        than one thread and the user did not pin the count."""
+        if not adapt or most < 2 or not cpu_bound:
+            return None
+        return ThreadGovernor(
+            most,
+            lambda n: self.lib.llama_set_n_threads(self.ctx, n, n),
+            lambda n: self.lib.llama_set_n_threads(self.ctx, most, n),
+            OtherPrograms(children=False),
         )
 
     def warm_up(self) -> int:
@@ -142,6 +158,8 @@ class LoadedModel:
             self.kv_tokens = []
             self._logit_views.clear()
         lib.llama_set_n_threads(self.ctx, threads, threads)
+        if self.governor is not None:  # the tune's best is the new quiet-machine count
+            self.governor = self._governor(threads, True, True)
         self.options = replace(self.options, flash_attn=bool(flash_attn), n_threads=threads)
         self.info = replace(self.info, flash_attn=bool(flash_attn), n_threads=threads, tuned=True)
 

@@ -30,6 +30,7 @@ from chatapp.engine.local.grammar import (
 from chatapp.engine.local.loaded_model import FOLDED_SYSTEM_NOTE, inject_cpu_fault
 from chatapp.engine.local.machine import physical_cores
 from chatapp.engine.local.speculation import Speculation
+from chatapp.engine.local.thread_governor import thread_stats
 from chatapp.engine.protocol import (
     Candidate,
     Failed,
@@ -332,7 +333,13 @@ class Generation:
         if not w.replies:
             inject_cpu_fault(w.options, "reply")
         w.replies += 1
+        gov = w.governor
+        switched = len(gov.switches) if gov is not None else 0
+        if gov is not None:
+            gov.before_prefill()
         prefilled = self.prefill(full, prompt_ids, rendered)
+        if gov is not None:
+            gov.after_prefill()
         if prefilled is None:
             return
         n_new, t_prefill_end = prefilled
@@ -417,7 +424,10 @@ class Generation:
                     reason = StopReason.CONTEXT_FULL
                     break
                 left = s.max_tokens - (index - len(prefix))
+                t_decode, n_before = time.perf_counter(), len(w.kv_tokens)
                 code = spec.decode(tok, left)
+                if gov is not None and len(w.kv_tokens) == n_before + 1:
+                    gov.step(time.perf_counter() - t_decode, index)
                 if code != 0:
                     reason = StopReason.CONTEXT_FULL if code == 1 else StopReason.ERROR
                     detail = f"llama_decode returned {code}"
@@ -440,5 +450,6 @@ class Generation:
             template_s=t_rendered - t_request,
             tokenize_s=t_tokenized - t_rendered,
             **spec.stats(),
+            **thread_stats(gov, switched, w.options.threads),
         )
         self.send(Finished(reason, text, stats, detail), flush=True)

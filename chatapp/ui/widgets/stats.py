@@ -35,6 +35,7 @@ class LiveStats:
     n_ctx: int = 0
     stop_reason: str = ""
     state: str = "loading"
+    threads: str = ""  # the last reply's threads (stats_text.threads_text): "" = as loaded
 
     def but(self, **changes) -> LiveStats:
         return replace(self, **changes)
@@ -55,9 +56,10 @@ def context_bar(used: int, total: int, width: int, fill: Style, free: Style) -> 
     return text
 
 
-def run_settings(info: ModelInfo) -> str:
-    """How llama.cpp runs here: threads, flash attention, extra CPU buffers, huge pages (for
-    the weights too?), whether tuned."""
+def run_settings(info: ModelInfo, threads: str = "") -> str:
+    """How llama.cpp runs here: threads (`threads`: as the last reply ended, e.g. '1 of 2:
+    another program is busy'), flash attention, extra CPU buffers, huge pages (for the
+    weights too?), whether tuned."""
     fa = "fa on" if info.flash_attn else "fa off"
     repack = (
         ("repack " + "+".join(info.extra_buffers))
@@ -67,7 +69,8 @@ def run_settings(info: ModelInfo) -> str:
     pages = " · THP" if info.huge_pages else ""  # transparent huge pages
     if info.huge_pages and info.weights_in_memory:
         pages += " weights"  # the weights too, read into memory (huge_pages.weights_in_memory)
-    return f"{info.n_threads} · {fa} · {repack}{pages}" + (" · tuned" if info.tuned else "")
+    count = threads or str(info.n_threads)
+    return f"{count} · {fa} · {repack}{pages}" + (" · tuned" if info.tuned else "")
 
 
 class StatsPanel(Vertical):
@@ -171,6 +174,8 @@ class StatsPanel(Vertical):
             )
             t.add_row("load", f"{info.load_s:.2f} s", "gpu layers", gpu)
         # the run settings under the grid, on a line of their own: they do not widen its columns
-        threads = Text.assemble(("threads ", "bold"), run_settings(info)) if info else Text()
+        threads = (
+            Text.assemble(("threads ", "bold"), run_settings(info, s.threads)) if info else Text()
+        )
         table = Group(t, threads)
         self.query_one("#stats-table", Static).update(table, layout=False)  # fixed height

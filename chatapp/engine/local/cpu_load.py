@@ -1,0 +1,66 @@
+"""What other programs take of the CPU, from psutil (Linux, macOS, Windows): the cores they used
+between two readings, this process and its children left out."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+
+
+def _busy_seconds() -> float:
+    """Seconds every CPU spent on anything but idling since boot (steal included: a VM's
+    host taking the core slows llama.cpp as another program would)."""
+    t = psutil.cpu_times()
+    idle = t.idle + getattr(t, "iowait", 0.0)
+    return sum(t) - idle - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+
+
+def _own_seconds(me: psutil.Process) -> float:
+    """CPU seconds of this process, its ended children and its living ones."""
+    total = 0.0
+    try:
+        t = me.cpu_times()
+        total = t.user + t.system + t.children_user + t.children_system
+        for child in me.children(recursive=True):
+            try:
+                c = child.cpu_times()
+                total += c.user + c.system
+            except psutil.Error:
+                pass
+    except psutil.Error:
+        pass
+    return total
+
+
+class OtherPrograms:
+    """Call it for the cores other programs used since the last call (or since it was made);
+    None when psutil cannot say. `children=False` leaves out the children's time (a worker
+    measures only itself: its parent, the UI, is another program to llama.cpp's threads)."""
+
+    def __init__(self, children: bool = True) -> None:
+        self._me = psutil.Process()
+        self._children = children
+        self._last = self._read()
+
+    def _read(self) -> tuple[float, float, float] | None:
+        try:
+            own = _own_seconds(self._me) if self._children else sum(self._me.cpu_times()[:2])
+            return _busy_seconds(), own, time.monotonic()
+        except (psutil.Error, OSError):
+            return None
+
+    def __call__(self) -> float | None:
+        now = self._read()
+        before, self._last = self._last, now
+        if before is None or now is None or now[2] <= before[2]:
+            return None
+        others = (now[0] - before[0]) - (now[1] - before[1])
+        return max(0.0, others) / (now[2] - before[2])
+
+
+def share_of_cpu(cores: float | None) -> float | None:
+    """Cores used, as a share of all the machine's CPUs."""
+    if cores is None:
+        return None
+    return cores / (psutil.cpu_count() or 1)
