@@ -11,6 +11,16 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DirectoryTree, Static
 
+from chatapp.textsafe import printable
+from chatapp.ui.literal import literal
+
+
+class FileTree(DirectoryTree):
+    """A DirectoryTree whose names show control characters as visible symbols."""
+
+    def process_label(self, label):
+        return super().process_label(printable(label) if isinstance(label, str) else label)
+
 
 class FilePickerScreen(ModalScreen[None]):
     """Each file chosen is handed to `attach` at once (the chat's AttachBox)."""
@@ -33,15 +43,13 @@ class FilePickerScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical() as box:
             box.border_title = "Attach files"
-            yield Static(
-                f"{self.root}: Enter attaches a file (several: one after another); Esc: done",
-                id="picker-note",
-            )
-            yield DirectoryTree(self.root, id="picker-tree")
+            note = f"{self.root}: Enter attaches a file (several: one after another); Esc: done"
+            yield Static(literal(note), id="picker-note")
+            yield FileTree(self.root, id="picker-tree")
 
     def on_mount(self) -> None:
         self.query_one(DirectoryTree).focus()
 
     def on_directory_tree_file_selected(self, event: DirectoryTree.FileSelected) -> None:
         note = self.attach(str(event.path))
-        self.query_one("#picker-note", Static).update(note)
+        self.query_one("#picker-note", Static).update(literal(note))

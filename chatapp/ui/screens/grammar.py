@@ -10,6 +10,7 @@ from textual.widgets import Button, Input, Label, Static
 
 from chatapp.engine.grammar import GrammarError, load_grammar
 from chatapp.engine.protocol import Grammar
+from chatapp.ui.literal import literal
 
 CLEAR = "clear"
 
@@ -37,7 +38,7 @@ class GrammarScreen(ModalScreen[Grammar | str | None]):
         now = f"now: {self.current.source}" if self.current else "now: none (replies are free)"
         with Vertical():
             yield Label("Structured output: a JSON schema (.json) or a GBNF grammar file")
-            yield Static(now, id="grammar-now")
+            yield Static(literal(now), id="grammar-now")
             yield Input(self.path, placeholder="path/to/schema.json", id="grammar-path")
             yield Static("", id="grammar-error")
             with Horizontal():
@@ -59,7 +60,7 @@ class GrammarScreen(ModalScreen[Grammar | str | None]):
         try:
             grammar = load_grammar(path)
         except GrammarError as exc:
-            self.query_one("#grammar-error", Static).update(str(exc))
+            self.query_one("#grammar-error", Static).update(literal(exc))
             return
         self.dismiss(grammar)
 
