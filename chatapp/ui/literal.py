@@ -11,6 +11,11 @@ from chatapp.textsafe import printable
 
 def literal(text: object, style: str | Style = "") -> Text:
     """`text` as it is: brackets stay brackets, control characters become visible symbols."""
+    return Text(printable(str(text)), style=style)
+
+
+def cell(text: object, style: str | Style = "") -> Text:
+    """`literal` for a DataTable cell (no line end: a cell is its text alone)."""
     return Text(printable(str(text)), style=style, end="")
 
 

@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Input, Label, Static
 
 from chatapp.history.store import Store, StoreError
-from chatapp.ui.literal import literal
+from chatapp.ui.literal import cell, literal
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class ConversationsScreen(ModalScreen[Choice | None]):
     def _add_row(self, conv, match: str) -> None:
         when = datetime.datetime.fromtimestamp(conv.updated).strftime("%Y-%m-%d %H:%M")
         self.query_one(DataTable).add_row(
-            when, literal(conv.title), str(conv.message_count), literal(match)
+            when, cell(conv.title), str(conv.message_count), cell(match)
         )
         self.ids.append(conv.id)
 

@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Static
 from chatapp.models.compare_format import COLUMNS, table_columns
 from chatapp.models.compare_result import CompareResult, RunResult
 from chatapp.models.discovery import ModelEntry
-from chatapp.ui.literal import literal, template
+from chatapp.ui.literal import cell, literal, template
 
 STATUS = "status"
 BAR_WIDTH = 18
@@ -141,7 +141,7 @@ class CompareTable(DataTable):
         self._set_columns(columns)
         blank = [""] * (len(columns) - 1)
         for path in files:
-            self.add_row(literal(short_name(Path(path).name)), "queued", *blank, key=path)
+            self.add_row(cell(short_name(Path(path).name)), "queued", *blank, key=path)
 
     def mark(self, path: str, status: str) -> None:
         """Set one row's status (a path not in the table is ignored)."""
@@ -158,7 +158,7 @@ class CompareTable(DataTable):
             status = status_text(r, r.path == best)
             style = (bad if r.error else warn) if r.error or r.note else ""
             row: list[str | Text] = [
-                literal(short_name(r.name), style),
+                cell(short_name(r.name), style),
                 Text(status, style=style, end=""),
                 *cells(r, columns)[1:],
             ]

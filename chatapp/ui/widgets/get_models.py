@@ -19,7 +19,7 @@ from chatapp.models.hub.repo_files import Listing
 from chatapp.models.hub.search import Found
 from chatapp.models.hub.speed import Calibration
 from chatapp.models.specs import ModelSpec, parse_spec
-from chatapp.ui.literal import literal
+from chatapp.ui.literal import cell, literal
 from chatapp.ui.widgets.get_models_rows import FILE_COLUMNS, Ranked, file_cells
 from chatapp.ui.widgets.hub_downloads import DownloadState, HubFile
 
@@ -225,7 +225,7 @@ class GetModelsView(Vertical):
         table.clear()
         for f in found:
             table.add_row(
-                literal(f.repo), f"{f.downloads:,}", f"{f.likes:,}", literal(f.updated), key=f.repo
+                cell(f.repo), f"{f.downloads:,}", f"{f.likes:,}", cell(f.updated), key=f.repo
             )
 
     def watch_ranked(self, ranked: Ranked | None) -> None:
