@@ -156,12 +156,11 @@ class CompareTable(DataTable):
         warn = self.app.theme_variables.get("warning", "yellow")
         for r in result.runs:
             status = status_text(r, r.path == best)
-            style = (bad if r.error else warn) if r.error or r.note else ""
-            row: list[str | Text] = [
-                cell(short_name(r.name), style),
-                Text(status, style=style, end=""),
-                *cells(r, columns)[1:],
-            ]
+            row: list[str | Text] = [cell(short_name(r.name)), status, *cells(r, columns)[1:]]
+            if r.error or r.note:
+                style = bad if r.error else warn
+                row[0] = cell(short_name(r.name), style)
+                row[1] = Text(status, style=style, end="")
             self.add_row(*row, key=r.path)
 
 
