@@ -13,6 +13,7 @@ from chatapp.engine.protocol import Grammar
 from chatapp.ui.literal import literal
 
 CLEAR = "clear"
+NUL_IN_PATH = "the path holds a NUL character, which no file name has: type it again"
 
 
 class GrammarScreen(ModalScreen[Grammar | str | None]):
@@ -54,8 +55,9 @@ class GrammarScreen(ModalScreen[Grammar | str | None]):
 
     def action_use(self) -> None:
         path = self.query_one("#grammar-path", Input).value.strip()
-        if not path:
-            self.query_one("#grammar-error", Static).update("give the path of a file")
+        if not path or "\0" in path:  # (open() raises ValueError on a NUL)
+            problem = NUL_IN_PATH if path else "give the path of a file"
+            self.query_one("#grammar-error", Static).update(problem)
             return
         try:
             grammar = load_grammar(path)
