@@ -375,3 +375,18 @@ def test_bare_chatapp_still_dispatches_commands_and_its_own_help(fresh_dirs, mon
     code, calls = opened_chat(monkeypatch, ["--no-such-flag"])
     assert code == 2 and calls == []
     assert capsys.readouterr().err.strip() == "error: No such option: --no-such-flag"
+
+
+def test_an_error_line_on_a_terminal_shows_escape_sequences_as_symbols(monkeypatch):
+    import io
+
+    from chatapp.errors import ModelFileError
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    err = Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    assert run_main(monkeypatch, [], ModelFileError("x\x1b]0;pwned\x07.gguf is gone")) == 1
+    assert err.getvalue() == "error: x␛]0;pwned␇.gguf is gone\n"
