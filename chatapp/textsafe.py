@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import TextIO
 
 # C0 controls except tab and newline, DEL, C1 controls, and lone surrogates.
 _UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f\ud800-\udfff]")
@@ -21,6 +23,24 @@ def _visible(match: re.Match[str]) -> str:
 def printable(text: str) -> str:
     """Text with control characters and lone surrogates replaced by visible symbols."""
     return _UNSAFE.sub(_visible, text)
+
+
+def for_terminal(text: str) -> str:
+    """Text a terminal shows as text: newlines and tabs kept (CR LF as a newline); every other
+    control character, the ESC that starts an escape sequence among them, made visible."""
+    return printable(text.replace("\r\n", "\n"))
+
+
+def _unchanged(text: str) -> str:
+    return text
+
+
+def for_stream(stream: TextIO) -> Callable[[str], str]:
+    """What text written to `stream` goes through: `for_terminal` when it is a terminal (a
+    reply or a file could set its title, write its clipboard or clear it); into a pipe or a
+    file, nothing: the text stays exactly as it was."""
+    isatty = getattr(stream, "isatty", None)
+    return for_terminal if isatty is not None and isatty() else _unchanged
 
 
 def escape_bytes(data: bytes) -> str:

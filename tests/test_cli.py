@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import run_cli
+from helpers import bundled, run_cli
 
 from chatapp.engine.local import huge_pages, machine
 
@@ -341,3 +341,52 @@ def test_the_draft_bench_says_where_the_first_pair_that_parted_parted():
         task_report(same_pairs)["same_output"]
         and task_report(same_pairs)["first_difference"] is None
     )
+
+
+def opened_chat(monkeypatch, argv: list[str]) -> tuple[int, list]:
+    """main(argv) with the TUI's launcher replaced: its exit code and what the chat got."""
+    from chatapp.ui import launch
+
+    calls: list = []
+    monkeypatch.setattr(launch, "run_chat_app", lambda options, **kw: calls.append((options, kw)))
+    return run_main(monkeypatch, argv), calls
+
+
+def test_bare_chatapp_takes_the_chat_options(fresh_dirs, monkeypatch, capsys):
+    code, calls = opened_chat(monkeypatch, ["--no-autotune", "--ctx", "1024", "--threads", "2"])
+    assert code == 0 and len(calls) == 1, capsys.readouterr().err
+    options, kw = calls[0]
+    assert kw["config"].autotune is False
+    assert options.n_ctx == 1024 and options.n_threads == 2
+    assert options.model_path == bundled()  # no model named: the bundled one, as `chatapp`
+    code, calls = opened_chat(monkeypatch, ["--ctx", "512", bundled()])  # a model after them
+    assert code == 0 and calls[0][0].n_ctx == 512 and calls[0][0].model_path == bundled()
+    code, calls = opened_chat(monkeypatch, [])
+    assert code == 0 and calls[0][1]["config"].autotune is True  # the config's default
+
+
+def test_bare_chatapp_still_dispatches_commands_and_its_own_help(fresh_dirs, monkeypatch, capsys):
+    code, calls = opened_chat(monkeypatch, ["history", "list"])
+    assert code == 0 and calls == []
+    assert capsys.readouterr().err.strip() == "no conversations yet"
+    code, calls = opened_chat(monkeypatch, ["--help"])
+    out = capsys.readouterr().out
+    assert code == 0 and calls == [] and "Commands" in out and "history" in out
+    code, calls = opened_chat(monkeypatch, ["--no-such-flag"])
+    assert code == 2 and calls == []
+    assert capsys.readouterr().err.strip() == "error: No such option: --no-such-flag"
+
+
+def test_an_error_line_on_a_terminal_shows_escape_sequences_as_symbols(monkeypatch):
+    import io
+
+    from chatapp.errors import ModelFileError
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    err = Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    assert run_main(monkeypatch, [], ModelFileError("x\x1b]0;pwned\x07.gguf is gone")) == 1
+    assert err.getvalue() == "error: x␛]0;pwned␇.gguf is gone\n"

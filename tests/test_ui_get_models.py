@@ -105,7 +105,7 @@ async def test_search_lists_repos_then_files_with_a_recommended_row(hub):
         await list_repo_files(pilot, view)
         assert [f.repo for f in view.found] == [REPO, OTHER]  # most downloaded first
         repos = view.query_one("#hub-repos", DataTable)
-        assert repos.get_row(REPO)[:2] == [REPO, "500"]
+        assert [str(c) for c in repos.get_row(REPO)[:2]] == [REPO, "500"]
         rows = view.ranked.rows
         assert [r.quant for r in rows] == ["Q2_K", "Q4_K_M", "Q8_0", "F16"]  # smallest first
         best = [r for r in rows if r.recommended]
@@ -113,7 +113,7 @@ async def test_search_lists_repos_then_files_with_a_recommended_row(hub):
         assert all(r.fits and r.expected_decode_tps and not r.downloaded for r in rows)
         files = view.query_one("#hub-files", DataTable)
         assert files.has_focus
-        cells = files.get_row("tiny-Q8_0.gguf")
+        cells = [str(c) for c in files.get_row("tiny-Q8_0.gguf")]
         assert cells[:2] == [" ★", "Q8_0"] and cells[2] == "2.6 MB" and cells[5] in ("RAM", "GPU")
         assert cells[6].startswith("~") and cells[8] == "tiny-Q8_0.gguf"
         highlighted = files.coordinate_to_cell_key(files.cursor_coordinate).row_key.value
@@ -161,7 +161,10 @@ async def test_a_download_shows_progress_lets_the_chat_go_on_and_is_selected_in_
         await wait_until(pilot, lambda: path in picker.entries)
         key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
         assert key == path  # the new file is selected
-        assert table.get_row(path)[4:] == ["huggingface", f"{REPO}:Q8_0"]  # its name, for -m
+        assert [str(c) for c in table.get_row(path)[4:]] == [
+            "huggingface",
+            f"{REPO}:Q8_0",
+        ]  # its name, for -m
 
 
 async def test_marked_files_download_one_after_another_then_f10_compares_them(hub):

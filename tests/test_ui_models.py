@@ -36,7 +36,7 @@ async def test_picker_lists_the_bundled_model_with_its_card_and_fit():
         table = screen.query_one(DataTable)
         await wait_until(pilot, lambda: table.row_count > 0)
         row = table.get_row(bundled())
-        assert row[0] == "SmolLM2-135M-Instruct.Q4_1.gguf" and row[1] == "Q4_1"
+        assert str(row[0]) == "SmolLM2-135M-Instruct.Q4_1.gguf" and str(row[1]) == "Q4_1"
         fit_view = screen.query_one(FitView)
         await wait_until(pilot, lambda: fit_view.report is not None)
         card = screen.query_one(CardView).card
@@ -173,7 +173,7 @@ async def test_compare_quantizes_runs_and_exports(tmp_path):
         assert "llama.cpp refused it" in runs["broken.gguf"].error
         table = screen.query_one(CompareTable)
         assert table.row_count == 3
-        assert table.get_row(q8)[1:3] == ["reference", "Q8_0"]
+        assert [str(c) for c in table.get_row(q8)[1:3]] == ["reference", "Q8_0"]
         assert str(table.get_row(str(broken))[1]) == "✗ failed"
         view = screen.query_one(RepliesView)
         await wait_until(pilot, lambda: len(view.query(".reply-text, .reply-error")) == 3)

@@ -16,6 +16,7 @@ from chatapp.cli import (  # noqa: F401  (each module registers its commands on 
 )
 from chatapp.cli.typer_app import app
 from chatapp.errors import ChatappError, UsageError
+from chatapp.textsafe import for_stream
 
 __all__ = ["app", "main"]
 
@@ -44,15 +45,19 @@ def main(argv: list[str] | None = None) -> None:
         code = 130
     except _CLI_ERRORS as exc:  # click's usage errors: bad flags, a missing argument
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        print(f"error: {message}", file=sys.stderr)
+        _error(message)
         code = getattr(exc, "exit_code", 2) or 2
     except ChatappError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(exc)  # (it may name a file or quote a server: shown, never run, on a terminal)
         code = 2 if isinstance(exc, UsageError) else 1
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         code = 130
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _error(message: object) -> None:
+    print(for_stream(sys.stderr)(f"error: {message}"), file=sys.stderr)
 
 
 if __name__ == "__main__":

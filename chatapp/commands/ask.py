@@ -39,6 +39,7 @@ from chatapp.stats_text import (
     tokens_text,
     ttft_text,
 )
+from chatapp.textsafe import for_stream
 
 
 def started_engine(options: LoadOptions, server: str | None = None, **remote) -> Engine:
@@ -46,7 +47,7 @@ def started_engine(options: LoadOptions, server: str | None = None, **remote) ->
     engine = make_engine(options, server, **remote)
     engine.start()
     for note in getattr(engine, "notes", ()):
-        print(f"note: {note}", file=sys.stderr)
+        print(for_stream(sys.stderr)(f"note: {note}"), file=sys.stderr)
     return engine
 
 
@@ -96,6 +97,7 @@ def run_ask(
     finished: Finished | None = None
     failed: Failed | None = None
     out = sys.stdout
+    shown, shown_err = for_stream(out), for_stream(sys.stderr)  # a terminal gets no raw escapes
     try:
         if attached:
             attached = counted(engine, attached)
@@ -104,10 +106,10 @@ def run_ask(
             if isinstance(event, Token):
                 tokens.append(event)
                 if not as_json:
-                    out.write(event.text)
+                    out.write(shown(event.text))
                     out.flush()
             elif isinstance(event, Notice):
-                print(f"note: {event.message}", file=sys.stderr)
+                print(shown_err(f"note: {event.message}"), file=sys.stderr)
             elif isinstance(event, Finished):
                 finished = event
             elif isinstance(event, Failed):
@@ -118,7 +120,7 @@ def run_ask(
     if failed is not None:
         if not as_json and tokens:
             out.write("\n")
-        print(f"error: {failed.message}", file=sys.stderr)
+        print(shown_err(f"error: {failed.message}"), file=sys.stderr)
         return 1
     assert finished is not None
     st = finished.stats

@@ -19,6 +19,7 @@ from chatapp.history.store import (
     default_db_path,
 )
 from chatapp.stats_text import speed_parts, stop_text
+from chatapp.textsafe import for_stream
 
 EXPORT_FORMAT = "chatapp-conversation"
 EXPORT_VERSION = 1
@@ -45,6 +46,12 @@ def _empty_file(path: Path) -> bool:
         return False
 
 
+def _say(text: str) -> None:
+    """Print to stdout: saved text (titles, messages, files) with control characters made
+    visible on a terminal, so none can set its title, write its clipboard or clear it."""
+    print(for_stream(sys.stdout)(text))
+
+
 def _get(conversation_id: int) -> tuple[Conversation, list[Message]]:
     store = _open(read_only=True)
     if store is None:
@@ -61,33 +68,33 @@ def history_list(as_json: bool = False, limit: int | None = None) -> int:
         with store:
             conversations = store.list_conversations(limit)
     if as_json:
-        print(json.dumps([c.to_dict() for c in conversations], indent=2, ensure_ascii=False))
+        _say(json.dumps([c.to_dict() for c in conversations], indent=2, ensure_ascii=False))
         return 0
     if not conversations:
         print("no conversations yet", file=sys.stderr)
         return 0
-    print(f"{'ID':>5}  {'UPDATED':<16}  {'MSGS':>4}  TITLE")
+    _say(f"{'ID':>5}  {'UPDATED':<16}  {'MSGS':>4}  TITLE")
     for c in conversations:
-        print(f"{c.id:>5}  {_when(c.updated):<16}  {c.message_count:>4}  {c.title}")
+        _say(f"{c.id:>5}  {_when(c.updated):<16}  {c.message_count:>4}  {c.title}")
     return 0
 
 
 def history_show(conversation_id: int) -> int:
     """Print one conversation as plain text, with a stats line under each reply."""
     conversation, messages = _get(conversation_id)
-    print(f"#{conversation.id} {conversation.title}")
+    _say(f"#{conversation.id} {conversation.title}")
     others = _others(conversation, messages)
-    print(f"created {_when(conversation.created)}, {len(messages)} messages{others}")
+    _say(f"created {_when(conversation.created)}, {len(messages)} messages{others}")
     if conversation.system_prompt:
-        print(f"\nsystem: {conversation.system_prompt}")
+        _say(f"\nsystem: {conversation.system_prompt}")
     for m in messages:
         mark = "" if m.status is MessageStatus.COMPLETE else f" [{m.status.value}]"
-        print(f"\n{m.role}{mark}{_branch(m)}:")
-        print("\n".join("  " + line for line in (m.text or "").splitlines()) or "  (empty)")
+        _say(f"\n{m.role}{mark}{_branch(m)}:")
+        _say("\n".join("  " + line for line in (m.text or "").splitlines()) or "  (empty)")
         if m.role == "assistant":
             facts = _stats_facts(m)
             if facts:
-                print("  (" + " · ".join(facts) + ")")
+                _say("  (" + " · ".join(facts) + ")")
     return 0
 
 
@@ -205,7 +212,7 @@ def history_export(conversation_id: int, fmt: str = "md", out: Path | None = Non
         data = export_data(conversation, messages)
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
     if out is None:
-        sys.stdout.write(text)
+        sys.stdout.write(for_stream(sys.stdout)(text))
         return 0
     try:
         out.write_text(text, encoding="utf-8")

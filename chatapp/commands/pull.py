@@ -13,10 +13,16 @@ from chatapp.models.hub.pull import pull
 from chatapp.models.hub.repo_files import list_repo
 from chatapp.models.specs import parse_spec
 from chatapp.progress import ProgressBar
+from chatapp.textsafe import for_stream
 
 
 def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    print(for_stream(sys.stderr)(line), file=sys.stderr, flush=True)
+
+
+def _show(text: str) -> None:
+    """Print to stdout; names from the Hub show their control characters on a terminal."""
+    print(for_stream(sys.stdout)(text))
 
 
 def _hf_spec(text: str):
@@ -54,7 +60,7 @@ def pull_cmd(specs: list[str], as_json: bool = False, update: bool = False) -> i
             _say(f"{spec.text}: downloaded, sha256 checked")
         done.append(got)
         if not as_json:
-            print(got.path)
+            _show(str(got.path))
     if as_json:
         data = [d.to_dict() for d in done]
         print(json.dumps(data[0] if len(data) == 1 else data, indent=2))
@@ -78,9 +84,9 @@ def list_cmd(specs: list[str], n_ctx: int, as_json: bool = False, fresh: bool = 
         rows = picker.rows(listing, n_ctx, cal, (gpu_free, ram_free))
         out += [{"repo": spec.repo, **r.to_dict()} for r in rows]
         if not as_json:
-            print(format_rows(spec.repo, rows, n_ctx, cal))
+            _show(format_rows(spec.repo, rows, n_ctx, cal))
             best = next((r for r in rows if r.recommended), None)
-            print(
+            _show(
                 "recommended: " + picker.reason(best, gpu_free, ram_free)
                 if best
                 else "recommended: none: no file fits in the free memory here"
@@ -129,11 +135,11 @@ def search_cmd(text: str, limit: int = 20, as_json: bool = False) -> int:
         print(json.dumps([f.to_dict() for f in found], indent=2))
         return 0
     if not found:
-        print(f"no GGUF repos on the Hub match {text!r}")
+        _show(f"no GGUF repos on the Hub match {text!r}")
         return 0
     width = max(len(f.repo) for f in found)
-    print(f"{'repo'.ljust(width)}  {'downloads':>10}  {'likes':>6}  updated")
+    _show(f"{'repo'.ljust(width)}  {'downloads':>10}  {'likes':>6}  updated")
     for f in found:
-        print(f"{f.repo.ljust(width)}  {f.downloads:>10,}  {f.likes:>6,}  {f.updated}")
+        _show(f"{f.repo.ljust(width)}  {f.downloads:>10,}  {f.likes:>6,}  {f.updated}")
     print("see a repo's quants: chatapp pull USER/REPO --list", file=sys.stderr)
     return 0

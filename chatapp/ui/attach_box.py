@@ -24,6 +24,7 @@ from chatapp.chat.attachments import (
     trimmed,
 )
 from chatapp.engine.protocol import EngineError
+from chatapp.ui.literal import literal
 
 if TYPE_CHECKING:
     from chatapp.ui.app import ChatApp
@@ -133,7 +134,7 @@ class AttachBox:
         return f"📎 {names} — {total:,} + {budget:,} for the reply of {n_ctx:,}: {verdict}"
 
     def show(self) -> None:
-        self.app.query_one("#prompt").border_title = self.label()
+        self.app.query_one("#prompt").border_title = literal(self.label())
 
     def ready(self, text: str) -> str | None:
         """The problem (one sentence with the numbers) when the message with its files cannot

@@ -15,6 +15,7 @@ from chatapp.config import Config
 from chatapp.sampling import SamplerSettings
 from chatapp.ui import themes
 from chatapp.ui.keys import help_rows, key_of
+from chatapp.ui.literal import LiteralApp, literal
 from chatapp.ui.prompt_input import PromptInput
 from chatapp.ui.screens.help import HelpScreen
 from chatapp.ui.widgets.chat import ChatView
@@ -25,7 +26,7 @@ from chatapp.ui.widgets.stats import StatsPanel
 from chatapp.ui.widgets.tokens import TokenPanel
 
 
-class ChatShell(App):
+class ChatShell(LiteralApp, App):
     """The screen of the chat and what only changes the view. ChatApp adds the conversation,
     the model and the reply's flow on top."""
 
@@ -308,7 +309,7 @@ class ChatShell(App):
     def set_status(self, text: str, error: bool = False) -> None:
         line = self.query_one("#status-line", Static)
         tag = self.status_tag()  # what applies to every reply (a grammar) stays in sight
-        line.update(f"{tag} · {text}" if tag and text else tag or text, layout=False)
+        line.update(literal(f"{tag} · {text}" if tag and text else tag or text), layout=False)
         line.set_class(error, "error")
 
     def status_tag(self) -> str:

@@ -20,6 +20,7 @@ from chatapp.errors import ChatappError
 from chatapp.sampling import SamplerSettings
 from chatapp.stats_text import decode_text, ttft_text
 from chatapp.textsafe import printable
+from chatapp.ui.literal import LiteralApp, literal
 from chatapp.ui.messages import EngineFailed, EngineReady, ReplyFailed, ReplyFinished, TokensArrived
 from chatapp.ui.streaming import stream_reply
 from chatapp.ui.themes import PANEL_DEFAULTS
@@ -65,14 +66,14 @@ class Column(Vertical):
         self.tokens: list[Token] = []  # the reply being shown
 
     def compose(self) -> ComposeResult:
-        yield Static(self.title, classes="title")
+        yield Static(literal(self.title), classes="title")
         yield VerticalScroll(id=f"log-{self.side}")
         yield Static("", classes="speed", id=f"speed-{self.side}")
 
     async def add_user(self, text: str) -> None:
         style = self.get_component_rich_style("column--user")
         await self.query_one(VerticalScroll).mount(
-            Static(Text(f"You: {printable(text)}", style=style), classes="turn")
+            Static(literal(f"You: {text}", style=style), classes="turn")
         )
         self.tokens = []
         await self.query_one(VerticalScroll).mount(Static("", classes="turn reply"))
@@ -93,10 +94,10 @@ class Column(Vertical):
         self.query_one(VerticalScroll).scroll_end(animate=False)
 
     def speed(self, line: str) -> None:
-        self.query_one(f"#speed-{self.side}", Static).update(line)
+        self.query_one(f"#speed-{self.side}", Static).update(literal(line))
 
 
-class VersusApp(App):
+class VersusApp(LiteralApp, App):
     """`chatapp chat A.gguf --vs B.gguf`: each prompt goes to both files (two workers), the
     replies stream side by side; tokens from the first step where the files' top choices
     differ are marked; alt+left/right walk the steps and the panels show both files'
@@ -175,7 +176,7 @@ class VersusApp(App):
         return self.query_one(f"#col-{side}", Column)
 
     def status(self, text: str) -> None:
-        self.query_one("#status", Static).update(text)
+        self.query_one("#status", Static).update(literal(text))
 
     # ---- the two engines ------------------------------------------------------------------
 

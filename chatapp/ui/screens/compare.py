@@ -10,7 +10,6 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.markup import escape
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import ModalScreen
@@ -25,12 +24,13 @@ from chatapp.models.compare_runs import DEFAULT_KLD_BUDGET, best_tradeoff, trade
 from chatapp.models.compare_runs import export_markdown as export_markdown
 from chatapp.models.discovery import ModelEntry, discover, entry
 from chatapp.progress import progress_text
+from chatapp.ui.literal import literal
 from chatapp.ui.screens.compare_history import PastRunsScreen
 from chatapp.ui.widgets.compare_setup import CompareSetup, Setup
 from chatapp.ui.widgets.compare_view import (
     CompareTable,
     RepliesView,
-    bars_markup,
+    bars_content,
     file_label,
 )
 from chatapp.ui.widgets.hub_names import local_path
@@ -291,8 +291,8 @@ class CompareScreen(ModalScreen[None]):
         best = best_tradeoff(result.runs, self.budget)
         path = best.path if best else None
         self.query_one(CompareTable).show(result, best=path)
-        self.query_one("#cmp-bars", Static).update(bars_markup(result, best=path))
-        self.query_one("#cmp-best", Static).update(escape(tradeoff_line(result, self.budget)))
+        self.query_one("#cmp-bars", Static).update(bars_content(result, best=path))
+        self.query_one("#cmp-best", Static).update(literal(tradeoff_line(result, self.budget)))
 
     def reopen(self, result: compare.CompareResult | None) -> None:
         """Show a saved comparison again (from Past runs): its setup goes back in the fields."""
@@ -408,5 +408,5 @@ class CompareScreen(ModalScreen[None]):
 
     def _status(self, text: str, error: bool = False) -> None:
         line = self.query_one("#cmp-status", Static)
-        line.update(text)
+        line.update(literal(text))
         line.set_class(error, "error")

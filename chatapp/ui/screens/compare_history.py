@@ -5,13 +5,13 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from chatapp.models.compare_result import CompareResult
 from chatapp.models.compare_runs import SavedRun, saved_runs
+from chatapp.ui.literal import literal
 
 
 class PastRunsScreen(ModalScreen[CompareResult | None]):
@@ -41,13 +41,13 @@ class PastRunsScreen(ModalScreen[CompareResult | None]):
     def on_mount(self) -> None:
         self.runs, notes = saved_runs()
         listing = self.query_one(OptionList)
-        listing.add_options(Option(escape(run.title()), id=str(run.path)) for run in self.runs)
+        listing.add_options(Option(literal(run.title()), id=str(run.path)) for run in self.runs)
         listing.highlighted = 0 if self.runs else None
         listing.focus()
         note = self.query_one("#past-note", Static)
         if notes:
             more = f" (and {len(notes) - 1} more)" if len(notes) > 1 else ""
-            note.update(escape(notes[0] + more))
+            note.update(literal(notes[0] + more))
             note.add_class("error")
         elif self.runs:
             note.update("Enter shows a run again; Esc goes back")

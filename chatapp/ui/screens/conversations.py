@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Input, Label, Static
 
 from chatapp.history.store import Store, StoreError
+from chatapp.ui.literal import cell, literal
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.question)
+            yield Label(literal(self.question))
             with Horizontal():
                 yield Button("Delete (y)", variant="error", id="yes")
                 yield Button("Keep (n)", id="no")
@@ -113,7 +114,9 @@ class ConversationsScreen(ModalScreen[Choice | None]):
 
     def _add_row(self, conv, match: str) -> None:
         when = datetime.datetime.fromtimestamp(conv.updated).strftime("%Y-%m-%d %H:%M")
-        self.query_one(DataTable).add_row(when, conv.title, str(conv.message_count), match)
+        self.query_one(DataTable).add_row(
+            when, cell(conv.title), str(conv.message_count), cell(match)
+        )
         self.ids.append(conv.id)
 
     def _selected(self) -> int | None:

@@ -5,12 +5,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DirectoryTree, Static
+
+from chatapp.textsafe import printable
+from chatapp.ui.literal import literal
+
+
+class FileTree(DirectoryTree):
+    """A DirectoryTree whose names show control characters as visible symbols."""
+
+    def process_label(self, label):
+        return super().process_label(printable(label) if isinstance(label, str) else label)
 
 
 class FilePickerScreen(ModalScreen[None]):
@@ -35,11 +44,9 @@ class FilePickerScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical() as box:
             box.border_title = "Attach files"
-            yield Static(
-                f"{self.root}: Enter attaches a file (several: one after another); Esc: done",
-                id="picker-note",
-            )
-            yield DirectoryTree(self.root, id="picker-tree")
+            note = f"{self.root}: Enter attaches a file (several: one after another); Esc: done"
+            yield Static(literal(note), id="picker-note")
+            yield FileTree(self.root, id="picker-tree")
 
     def on_mount(self) -> None:
         self.query_one(DirectoryTree).focus()
@@ -49,4 +56,4 @@ class FilePickerScreen(ModalScreen[None]):
 
     def show_note(self, note: str) -> None:
         if self.is_attached:
-            self.query_one("#picker-note", Static).update(Text(note))
+            self.query_one("#picker-note", Static).update(literal(note))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -11,8 +10,10 @@ from textual.widgets import Button, Input, Label, Static
 
 from chatapp.engine.grammar import GrammarError, load_grammar
 from chatapp.engine.protocol import Grammar
+from chatapp.ui.literal import literal
 
 CLEAR = "clear"
+NUL_IN_PATH = "the path holds a NUL character, which no file name has: type it again"
 
 
 class GrammarScreen(ModalScreen[Grammar | str | None]):
@@ -38,7 +39,7 @@ class GrammarScreen(ModalScreen[Grammar | str | None]):
         now = f"now: {self.current.source}" if self.current else "now: none (replies are free)"
         with Vertical():
             yield Label("Structured output: a JSON schema (.json) or a GBNF grammar file")
-            yield Static(now, id="grammar-now")
+            yield Static(literal(now), id="grammar-now")
             yield Input(self.path, placeholder="path/to/schema.json", id="grammar-path")
             yield Static("", id="grammar-error")
             with Horizontal():
@@ -54,13 +55,14 @@ class GrammarScreen(ModalScreen[Grammar | str | None]):
 
     def action_use(self) -> None:
         path = self.query_one("#grammar-path", Input).value.strip()
-        if not path:
-            self.query_one("#grammar-error", Static).update("give the path of a file")
+        if not path or "\0" in path:  # (open() raises ValueError on a NUL)
+            problem = NUL_IN_PATH if path else "give the path of a file"
+            self.query_one("#grammar-error", Static).update(problem)
             return
         try:
             grammar = load_grammar(path)
         except GrammarError as exc:
-            self.query_one("#grammar-error", Static).update(Text(str(exc)))
+            self.query_one("#grammar-error", Static).update(literal(exc))
             return
         self.dismiss(grammar)
 

@@ -13,6 +13,7 @@ from textual.widgets import Input, Label, Static
 
 from chatapp.engine.protocol import ALL_GPU_LAYERS, ModelInfo, gpu_layer_total
 from chatapp.models import fit
+from chatapp.ui.literal import literal
 from chatapp.ui.screens.models import Machine, Picked, read_model
 from chatapp.ui.widgets.model_card import CardView, FitView, machine_memory, what_if_markup
 
@@ -78,7 +79,7 @@ class ModelCardScreen(ModalScreen[None]):
             with Horizontal(id="card-main"):
                 with Vertical(id="card-left"):
                     yield Static("Model card", classes="section")
-                    yield Static(self._loaded_text(), id="card-loaded")
+                    yield Static(literal(self._loaded_text()), id="card-loaded")
                     yield CardView(id="card-card")
                 with Vertical(id="card-right"):
                     yield Static(f"Memory at ctx {self.n_ctx:,}", classes="section")

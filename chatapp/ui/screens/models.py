@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -23,6 +22,7 @@ from chatapp.gguf.header import ModelCard, card_from_header, read_header
 from chatapp.models import fit
 from chatapp.models.discovery import ModelEntry, discover
 from chatapp.models.specs import ModelSpec
+from chatapp.ui.literal import cell, literal
 from chatapp.ui.widgets.get_models import GetModelsView
 from chatapp.ui.widgets.hub_downloads import DownloadState, HubFile
 from chatapp.ui.widgets.hub_names import local_model
@@ -248,9 +248,9 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
             params = f"{e.n_params / 1e6:,.0f}M" if e.n_params else "-"
             name = Path(e.path).name
             if e.ok:
-                cells = [name, e.quant, size, params, e.source, e.spec]
+                cells = [cell(name), cell(e.quant), size, params, e.source, cell(e.spec)]
             else:
-                red = [Text(t, style=bad, end="") for t in (name, "invalid", e.error)]
+                red = [cell(t, style=bad) for t in (name, "invalid", e.error)]
                 cells = [red[0], red[1], size, params, e.source, red[2]]
             table.add_row(*cells, key=e.path)
         wanted = self._listed(self.select) or self._listed(self.current.model_path)
@@ -442,5 +442,5 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
 
     def _note(self, text: str, error: bool = False) -> None:
         note = self.query_one("#picker-note", Static)
-        note.update(text)
+        note.update(literal(text))
         note.set_class(error, "error")

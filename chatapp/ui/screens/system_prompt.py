@@ -11,6 +11,7 @@ from textual.widgets.option_list import Option
 
 from chatapp.chat.prompts import PromptError, all_prompts, delete_prompt, save_prompt
 from chatapp.config import Config
+from chatapp.ui.literal import literal
 
 
 class SystemPromptScreen(ModalScreen[str | None]):
@@ -64,13 +65,13 @@ class SystemPromptScreen(ModalScreen[str | None]):
         names.clear_options()
         prompts = all_prompts(self.config)
         names.add_options(
-            Option(p.name + ("" if p.saved else " (config)"), id=p.name) for p in prompts
+            Option(literal(p.name + ("" if p.saved else " (config)")), id=p.name) for p in prompts
         )
         if select is not None and any(p.name == select for p in prompts):
             names.highlighted = [p.name for p in prompts].index(select)
 
     def note(self, text: str) -> None:
-        self.query_one("#prompt-note", Static).update(text)
+        self.query_one("#prompt-note", Static).update(literal(text))
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         name = event.option.id

@@ -12,6 +12,7 @@ from textual.widgets import Collapsible, Markdown, Static
 
 from chatapp.chat.thinking import split_reply
 from chatapp.textsafe import printable
+from chatapp.ui.literal import literal
 
 # A message longer than this shows its start only: wrapping a megabyte would freeze the UI.
 SHOWN_CHARS = 20_000
@@ -90,7 +91,7 @@ class MessageView(Vertical):
         yield Static(classes="body")
 
     def _thinking_block(self, collapsed: bool) -> Collapsible:
-        text = Static(printable(self.thinking[-SHOWN_CHARS:]), classes="thinking-text")
+        text = Static(literal(self.thinking[-SHOWN_CHARS:]), classes="thinking-text")
         return Collapsible(text, title=self.thinking_label, collapsed=collapsed, classes="thinking")
 
     async def write_thinking(self, delta: str, label: str) -> None:
@@ -103,7 +104,7 @@ class MessageView(Vertical):
             return
         block = blocks.first()
         block.title = label
-        block.query_one(".thinking-text", Static).update(printable(self.thinking[-SHOWN_CHARS:]))
+        block.query_one(".thinking-text", Static).update(literal(self.thinking[-SHOWN_CHARS:]))
 
     async def _mount_thinking(self, collapsed: bool) -> None:
         await self.mount_all(
@@ -151,7 +152,7 @@ class MessageView(Vertical):
         if self._stream is None:  # (while streaming, not even a continued reply's old stats)
             parts.append(self._body())
             if self._footer:
-                parts.append(Text(self._footer, style=look[1]))
+                parts.append(literal(self._footer, style=look[1]))
         body = self.query_one(".body", Static)
         body.display = bool(parts)
         body.update(Group(*parts))
@@ -216,7 +217,7 @@ class MessageView(Vertical):
             if not self.query(Collapsible):
                 await self._mount_thinking(collapsed=True)
             block = self.query_one(Collapsible)
-            block.query_one(".thinking-text", Static).update(printable(thinking[-SHOWN_CHARS:]))
+            block.query_one(".thinking-text", Static).update(literal(thinking[-SHOWN_CHARS:]))
             if fold:
                 self.fold_thinking(thinking_label or self.thinking_label)
             else:  # the reply ended while still thinking: that is all there is to read

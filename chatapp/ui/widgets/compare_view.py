@@ -8,12 +8,13 @@ from pathlib import Path
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
-from textual.markup import escape
+from textual.content import Content
 from textual.widgets import DataTable, Static
 
 from chatapp.models.compare_format import COLUMNS, table_columns
 from chatapp.models.compare_result import CompareResult, RunResult
 from chatapp.models.discovery import ModelEntry
+from chatapp.ui.literal import cell, literal, template
 
 STATUS = "status"
 BAR_WIDTH = 18
@@ -42,14 +43,20 @@ def cells(r: RunResult, columns: tuple = COLUMNS) -> list[str]:
     return ["-" if (v := get(r)) is None else fmt.format(v) for _, get, fmt in columns]
 
 
-def file_label(e: ModelEntry) -> str:
+def file_label(e: ModelEntry) -> Content:
     """A file in the pick list: name, quantization, size, where it was found (or its error)."""
     # a name where the file has one (ollama:NAME:TAG: its blob is sha256-...), else the file
-    name = escape(e.spec if e.spec and e.spec != e.path else Path(e.path).name)
+    name = e.spec if e.spec and e.spec != e.path else Path(e.path).name
     if not e.ok:
-        return f"[$error]{name}: {escape(e.error)}[/]"
-    size, folder = f"{e.size_bytes / 2**20:,.1f} MiB", escape(str(Path(e.path).parent))
-    return f"{name}  [b]{e.quant}[/]  {size}  [$text-muted]{e.source}: {folder}[/]"
+        return template("[$error]$name: $why[/]", name=name, why=e.error)
+    return template(
+        "$name  [b]$quant[/]  $size  [$text-muted]$source: $folder[/]",
+        name=name,
+        quant=e.quant,
+        size=f"{e.size_bytes / 2**20:,.1f} MiB",
+        source=e.source,
+        folder=Path(e.path).parent,
+    )
 
 
 def short_name(name: str, width: int = NAME_WIDTH) -> str:
@@ -85,18 +92,18 @@ def labels(runs: Sequence[RunResult]) -> list[str]:
     return [short_name(r.name, LABEL_WIDTH) for r in runs]
 
 
-def bars_markup(result: CompareResult, best: str | None = None) -> str:
+def bars_content(result: CompareResult, best: str | None = None) -> Content:
     """Size, RSS, decode speed, KLD and perplexity as bars, each scaled to its largest value;
     a figure no run has is left out, and `best` (a path) is marked with a star."""
     names = labels(result.runs)
     width = max(len(n) for n in names)
-    out: list[str] = []
+    out: list[Content] = []
     for title, get, fmt in BARS:
         values = [None if r.error else get(r) for r in result.runs]
         if all(v is None for v in values):
             continue
         top = max((v for v in values if v is not None), default=0.0)
-        out.append(f"[b $accent]{title}[/]")
+        out.append(Content.from_markup(f"[b $accent]{title}[/]"))
         for name, r, v in zip(names, result.runs, values, strict=True):
             if r.error:
                 shown = "[$error]failed[/]"
@@ -105,8 +112,8 @@ def bars_markup(result: CompareResult, best: str | None = None) -> str:
             else:
                 shown = f"[$spark-max]{bar(v, top)}[/] {fmt.format(v)}"
             mark = f"[$warning]{BEST}[/]" if r.path == best else " "
-            out.append(f"{mark}{escape(name.ljust(width))} {shown}")
-    return "\n".join(out)
+            out.append(template(f"{mark}$name {shown}", name=name.ljust(width)))
+    return Content("\n").join(out)
 
 
 class CompareTable(DataTable):
@@ -134,7 +141,7 @@ class CompareTable(DataTable):
         self._set_columns(columns)
         blank = [""] * (len(columns) - 1)
         for path in files:
-            self.add_row(short_name(Path(path).name), "queued", *blank, key=path)
+            self.add_row(cell(short_name(Path(path).name)), "queued", *blank, key=path)
 
     def mark(self, path: str, status: str) -> None:
         """Set one row's status (a path not in the table is ignored)."""
@@ -149,11 +156,11 @@ class CompareTable(DataTable):
         warn = self.app.theme_variables.get("warning", "yellow")
         for r in result.runs:
             status = status_text(r, r.path == best)
-            row: list[str | Text] = [short_name(r.name), status, *cells(r, columns)[1:]]
+            row: list[str | Text] = [cell(short_name(r.name)), status, *cells(r, columns)[1:]]
             if r.error or r.note:
                 style = bad if r.error else warn
-                row[0] = Text(str(row[0]), style=style, end="")
-                row[1] = Text(str(row[1]), style=style, end="")
+                row[0] = cell(short_name(r.name), style)
+                row[1] = Text(status, style=style, end="")
             self.add_row(*row, key=r.path)
 
 
@@ -180,14 +187,14 @@ class RepliesView(Horizontal):
         columns = []
         for name, r in zip(labels(runs), runs, strict=True):
             if r.error:
-                text = Static(f"✗ {escape(r.error)}", classes="reply-error")
+                text = Static(literal(f"✗ {r.error}"), classes="reply-error")
             else:
                 reply = r.text or "(empty reply)"
                 if r.note:
                     reply = f"{reply}\n\n⚠ {r.note}"
-                text = Static(reply, markup=False, classes="reply-text")
+                text = Static(literal(reply), classes="reply-text")
             column = VerticalScroll(text, classes="failed" if r.error else "")
-            column.border_title = name + (" (reference)" if r.is_reference else "")
+            column.border_title = literal(name + (" (reference)" if r.is_reference else ""))
             columns.append(column)
         if self.is_attached:
             await self.mount_all(columns)

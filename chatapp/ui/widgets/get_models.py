@@ -19,6 +19,7 @@ from chatapp.models.hub.repo_files import Listing
 from chatapp.models.hub.search import Found
 from chatapp.models.hub.speed import Calibration
 from chatapp.models.specs import ModelSpec, parse_spec
+from chatapp.ui.literal import cell, literal
 from chatapp.ui.widgets.get_models_rows import FILE_COLUMNS, Ranked, file_cells
 from chatapp.ui.widgets.hub_downloads import DownloadState, HubFile
 
@@ -223,18 +224,20 @@ class GetModelsView(Vertical):
         table = self.query_one("#hub-repos", DataTable)
         table.clear()
         for f in found:
-            table.add_row(f.repo, f"{f.downloads:,}", f"{f.likes:,}", f.updated, key=f.repo)
+            table.add_row(
+                cell(f.repo), f"{f.downloads:,}", f"{f.likes:,}", cell(f.updated), key=f.repo
+            )
 
     def watch_ranked(self, ranked: Ranked | None) -> None:
         self._fill_files()
-        self.query_one("#hub-reason", Static).update(self._reason())
+        self.query_one("#hub-reason", Static).update(literal(self._reason()))
 
     def watch_marked(self, marked: frozenset[str]) -> None:
         self._fill_files()
 
     def watch_download(self, state: DownloadState) -> None:
         line = self.query_one("#hub-progress", Static)
-        line.update(state.line or "no download under way")
+        line.update(literal(state.line or "no download under way"))
         line.set_class(state.error, "error")
         line.set_class(state.running, "running")
         self.query_one("#hub-stop", Button).disabled = not state.running
@@ -373,5 +376,5 @@ class GetModelsView(Vertical):
 
     def _note(self, text: str, error: bool = False) -> None:
         note = self.query_one("#hub-note", Static)
-        note.update(text)
+        note.update(literal(text))
         note.set_class(error, "error")

@@ -10,6 +10,7 @@ from chatapp.models.hub import picker
 from chatapp.models.hub.repo_files import Listing
 from chatapp.models.hub.speed import Calibration
 from chatapp.progress import bytes_text
+from chatapp.ui.literal import cell
 
 # `chatapp pull --list`'s columns, narrower: ✓ marked, ★ recommended; fits here: where it
 # runs (GPU or RAM) or "no"; t/s here: the expected decode speed; here: downloaded already
@@ -50,12 +51,12 @@ def file_cells(r: picker.QuantRow, marked: bool, bad: str) -> list[str | Text]:
     name = r.file + (f" (+{r.parts - 1} parts)" if r.parts > 1 else "")
     return [
         ("✓" if marked else " ") + ("★" if r.recommended else ""),
-        r.quant or "?",
+        cell(r.quant or "?"),
         bytes_text(r.size_bytes),
         f"{r.bits_per_weight:.2f}" if r.bits_per_weight else "-",
         bytes_text(r.memory_bytes),
         r.where if r.fits else Text("no", style=bad),
         f"~{r.expected_decode_tps:.0f}" if r.expected_decode_tps else "-",
         "yes" if r.downloaded else "",
-        name,
+        cell(name),
     ]

@@ -21,6 +21,7 @@ from textual.widgets import Static
 from chatapp.engine.inside import Inspection, InspectRequest
 from chatapp.engine.protocol import EngineError
 from chatapp.textsafe import token_display
+from chatapp.ui.literal import literal
 
 LONG_CONTEXT = 1000  # tokens past which a first capture is said to take seconds
 SINK_SHARE = 0.3
@@ -182,7 +183,7 @@ class InsidePanel(VerticalScroll, can_focus=True):
 
     def watch_status(self, value: str) -> None:
         if self.is_mounted:
-            self.query_one("#inside-status", Static).update(value)
+            self.query_one("#inside-status", Static).update(literal(value))
 
     def watch_inspection(self) -> None:
         self._draw()

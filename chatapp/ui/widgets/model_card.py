@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from textual.markup import escape
+from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
 
@@ -10,6 +10,7 @@ from chatapp.engine.protocol import gpu_layer_total, resolved_gpu_layers
 from chatapp.gguf.header import ModelCard
 from chatapp.models import fit
 from chatapp.models.model_card import card_rows
+from chatapp.ui.literal import literal, template
 
 
 def machine_memory() -> tuple[int | None, int | None]:
@@ -35,20 +36,21 @@ def ngl_text(ngl: int, n_layers: int) -> str:
     return str(ngl)
 
 
-def _rows_markup(rows: list[tuple[str, str]], width: int = 16) -> str:
-    return "\n".join(f"[b]{label:<{width}}[/]{escape(value)}" for label, value in rows)
+def _rows(rows: list[tuple[str, str]], width: int = 16) -> Content:
+    return Content("\n").join(
+        template("[b]$label[/]$value", label=f"{label:<{width}}", value=value)
+        for label, value in rows
+    )
 
 
-def card_markup(card: ModelCard) -> str:
-    """A model card as Textual markup."""
-    text = _rows_markup(card_rows(card))
-    for warning in card.warnings:
-        text += f"\n[$warning]⚠ {escape(warning)}[/]"
-    return text
+def card_content(card: ModelCard) -> Content:
+    """A model card: its rows, then its warnings."""
+    warnings = (template("[$warning]⚠ $why[/]", why=warning) for warning in card.warnings)
+    return Content("\n").join([_rows(card_rows(card)), *warnings])
 
 
-def fit_markup(report: fit.FitReport, trained_ctx: int = 0) -> str:
-    """A fit report as Textual markup: the parts, the machine, the verdict."""
+def fit_content(report: fit.FitReport, trained_ctx: int = 0) -> Content:
+    """A fit report: the parts, the machine, the verdict."""
     e, n = report.estimate, report.n_layers
     gpu = report.gpu_free_bytes
     total = e.weights_bytes + e.kv_bytes + e.compute_bytes
@@ -70,10 +72,14 @@ def fit_markup(report: fit.FitReport, trained_ctx: int = 0) -> str:
     badge = "[b reverse $success] fits [/]"
     if not fits(report):
         badge = "[b reverse $error] does not fit [/]"
-    text = _rows_markup(rows) + f"\n{badge} [$text-muted]{escape(report.verdict)}[/]"
+    lines = [_rows(rows), template(f"{badge} [$text-muted]$verdict[/]", verdict=report.verdict)]
     if trained_ctx and e.n_ctx > trained_ctx:
-        text += f"\n[$warning]⚠ ctx {e.n_ctx:,} is above the trained {trained_ctx:,} tokens[/]"
-    return text
+        lines.append(
+            Content.from_markup(
+                f"[$warning]⚠ ctx {e.n_ctx:,} is above the trained {trained_ctx:,} tokens[/]"
+            )
+        )
+    return Content("\n").join(lines)
 
 
 def what_if_markup(params_b: float, memory: int, n_ctx: int) -> str:
@@ -115,9 +121,9 @@ class CardView(Static):
     def _draw(self) -> None:
         self.set_class(bool(self.error), "error")
         if self.error:
-            self.update(f"✗ {escape(self.error)}")
+            self.update(literal(f"✗ {self.error}"))
         elif self.card is not None:
-            self.update(card_markup(self.card))
+            self.update(card_content(self.card))
         else:
             self.update("[$text-muted]no model selected[/]")
 
@@ -137,4 +143,4 @@ class FitView(Static):
         if report is None:
             self.update("")
         else:
-            self.update(fit_markup(report, self.trained_ctx))
+            self.update(fit_content(report, self.trained_ctx))

@@ -16,6 +16,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Static
 
 from chatapp.sampling import BOUNDS, INT_FIELDS, PRESETS, SamplerSettings
+from chatapp.ui.literal import literal
 
 LABELS = {
     "temperature": "temp",
@@ -154,7 +155,7 @@ class SamplerPanel(Vertical):
             for name in self.presets:
                 # A name that is not a valid widget id (a space, say) gets no id of its own.
                 wid = f"preset-{name}" if re.fullmatch(r"[A-Za-z_][\w-]*", name) else None
-                yield Button(name, id=wid, name=name, classes="preset", compact=True)
+                yield Button(literal(name), id=wid, name=name, classes="preset", compact=True)
         with Horizontal(id="draft-row"):
             yield Button("drafts: off", id="draft-toggle", compact=True)
             yield Static("speculative decoding (alt+d)", id="draft-help")
@@ -193,4 +194,4 @@ class SamplerPanel(Vertical):
             slider.refresh()
 
     def set_status(self, text: str) -> None:
-        self.query_one("#sampler-status", Static).update(text, layout=False)
+        self.query_one("#sampler-status", Static).update(literal(text), layout=False)

@@ -15,6 +15,7 @@ from textual.widgets import Sparkline, Static
 
 from chatapp.engine.protocol import ModelInfo, gpu_layer_total
 from chatapp.stats_text import decode_text, ms_text, prefill_text
+from chatapp.ui.literal import literal
 
 SPARK_POINTS = 60  # the sparkline shows the speed of the last this many tokens
 
@@ -127,7 +128,7 @@ class StatsPanel(Vertical):
 
     def watch_notes(self, notes: str) -> None:
         if self.is_mounted:
-            self.query_one("#stats-notes", Static).update(notes)
+            self.query_one("#stats-notes", Static).update(literal(notes))
 
     def watch_stats(self) -> None:
         self._redraw()

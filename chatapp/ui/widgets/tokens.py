@@ -18,6 +18,7 @@ from textual.widget import Widget
 from textual.widgets import Input, Static
 
 from chatapp.textsafe import escape_bytes, token_display
+from chatapp.ui.literal import literal
 
 
 @dataclass(frozen=True)
@@ -312,7 +313,7 @@ class TokenPanel(Vertical):
                 "typed" if strip.id == "typed-tokens" else "prompt" if self.show_prompt else "reply"
             )
             self.query_one("#token-info", Static).update(
-                f"{where} {describe(strip.tokens[message.index], message.index)}"
+                literal(f"{where} {describe(strip.tokens[message.index], message.index)}")
             )
 
     def show_typed(self, tokens: list[ShownToken]) -> None:
