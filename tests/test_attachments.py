@@ -191,3 +191,10 @@ def test_the_byte_bound_holds_on_the_real_tokenizer(engine, model_path):
         block = Attachment("f.txt", text, len(text.encode())).block()
         tokens = len(engine.tokenize(block, special=False))
         assert tokens * longest >= len(block.encode()), (text[:3], tokens, longest)
+
+
+def test_a_path_with_a_nul_is_one_sentence():
+    from chatapp.chat.attachments import AttachmentError, read_attachment
+
+    with pytest.raises(AttachmentError, match=r"holds a NUL character\); nothing was sent"):
+        read_attachment("/tmp/a\x00b.txt")

@@ -170,6 +170,10 @@ def _read_file(path: str, limit: ByteLimit, regular_only: bool) -> bytes:
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
         raise AttachmentError(f"{path} cannot be read ({why}); nothing was sent") from None
+    except ValueError:  # a NUL in the path: no file can have that name
+        raise AttachmentError(
+            f"{path!r} is not a file name (it holds a NUL character); nothing was sent"
+        ) from None
 
 
 def compose(text: str, attachments: list[Attachment] | tuple[Attachment, ...]) -> str:
