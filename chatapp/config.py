@@ -30,7 +30,7 @@ def draft_source(value: str) -> tuple[str, str | None]:
         return "", None
     if value == "ngram":
         return "ngram", None
-    return "model", str(Path(value).expanduser())
+    return "model", str(paths.expand_user(value))
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ class _Loader:
         self.problem(f"unknown key {key} (allowed: {', '.join(sorted(allowed))})")
 
     def file_path(self, value: Any) -> str:
-        p = Path(_name(value)).expanduser()
+        p = paths.expand_user(_name(value))
         return str(p if p.is_absolute() else (self.path.parent / p))
 
     def path_list(self, value: Any) -> tuple[str, ...]:

@@ -71,6 +71,7 @@ class GenerationStats:
         data["decode_tps"] = self.decode_tps
         data["acceptance"] = self.acceptance
         data["mean_accepted"] = self.mean_accepted
+        data["thread_switches"] = [list(s) for s in self.thread_switches]  # as JSON reads back
         return data
 
 

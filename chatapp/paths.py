@@ -63,3 +63,12 @@ def write_json_atomic(path: Path, data: Any) -> None:
     except OSError:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def expand_user(text: str | Path) -> Path:
+    """A path from the user with ~ and ~user expanded; one naming a user this machine lacks
+    stays as written, as a shell leaves it (pathlib raises RuntimeError there)."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        return Path(text)

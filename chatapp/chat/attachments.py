@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from chatapp import paths
 from chatapp.engine.protocol import ChatMessage, Engine, EngineError
 from chatapp.errors import ChatappError
 from chatapp.gguf.header import ArrayValue, read_header
@@ -152,7 +153,7 @@ def read_attachment(
 
 
 def _read_file(path: str, limit: ByteLimit, regular_only: bool) -> bytes:
-    p = Path(path).expanduser()
+    p = paths.expand_user(path)
     try:
         if p.is_dir():
             raise AttachmentError(f"{path} is a folder; attach its files one by one")

@@ -13,7 +13,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-from chatapp import jsonfile
+from chatapp import jsonfile, paths
 from chatapp.engine.int_range import int_bounds, int_range_rule
 from chatapp.engine.protocol import Grammar
 from chatapp.engine.schema_check import INT_BOUNDS, MAX_DEPTH, GrammarError, SchemaCheck
@@ -143,7 +143,7 @@ def one_line(text: str) -> str:
 def load_grammar(path: str | Path, kind: str = "") -> Grammar:
     """A Grammar from a file: a JSON schema (kind "schema", or a .json file) or GBNF (kind
     "gbnf", or any other file)."""
-    p = Path(path).expanduser()
+    p = paths.expand_user(path)
     shown, name = one_line(str(p)), one_line(p.name)
     try:
         if p.is_dir():

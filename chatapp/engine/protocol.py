@@ -74,9 +74,6 @@ class LoadOptions:
     n_ctx: int = 4096
     n_gpu_layers: int = ALL_GPU_LAYERS
     n_threads: int | None = None  # None = as `chatapp tune` found best here, else all cores
-    adapt_threads: bool = True
-    """Follow the machine while decoding: fewer threads while another program takes a core,
-    back when it frees (engine/local/thread_governor.py). --threads N pins the count."""
     n_batch: int = 512
     flash_attn: bool | None = None
     """None = choose: the tuned value, else off on the CPU (decode is faster without it
@@ -92,6 +89,9 @@ class LoadOptions:
     draft_model: str | None = None
     """A smaller GGUF file with the same vocabulary, loaded beside the model to draft tokens
     for speculative decoding (requests with draft="model")."""
+    adapt_threads: bool = True
+    """Follow the machine while decoding: fewer threads while another program takes a core,
+    back when it frees (engine/local/thread_governor.py). --threads N pins the count."""
 
     @property
     def threads(self) -> int:

@@ -107,7 +107,7 @@ def _not_a_folder(folder: Path) -> str:
 
 def missing_dirs(dirs: Iterable[str | Path]) -> list[str]:
     """One line for each of these folders that cannot be searched."""
-    folders = [Path(d).expanduser() for d in dirs]
+    folders = [paths.expand_user(d) for d in dirs]
     return [_not_a_folder(f) for f in folders if not f.is_dir()]
 
 
@@ -137,11 +137,11 @@ def discover_with_notes(
 
     A folder in `dirs` that cannot be searched is an error; one in `config_dirs` (config's
     model_dirs) is skipped (see missing_dirs)."""
-    folders = [Path(d).expanduser() for d in dirs]
+    folders = [paths.expand_user(d) for d in dirs]
     for folder in folders:
         if not folder.is_dir():
             raise ModelFileError(_not_a_folder(folder))
-    folders += [f for f in (Path(d).expanduser() for d in config_dirs) if f.is_dir()]
+    folders += [f for f in (paths.expand_user(d) for d in config_dirs) if f.is_dir()]
     sources: list[tuple[Path, str, str, str]] = []  # path, source, spec, note
     if include_bundled:
         sources += [(p, "bundled", "", "") for p in bundled_files()]

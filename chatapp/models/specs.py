@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from chatapp import paths
 from chatapp.errors import UsageError
 
 HF_PREFIXES = ("https://huggingface.co/", "http://huggingface.co/", "huggingface.co/", "hf.co/")
@@ -60,7 +61,7 @@ def parse_spec(text: str) -> ModelSpec:
     for prefix in HF_PREFIXES:
         if text.startswith(prefix):
             return _hf(text, text[len(prefix) :])
-    path = Path(text).expanduser()
+    path = paths.expand_user(text)
     head = text.partition(":")[0]
     if (
         path.exists()

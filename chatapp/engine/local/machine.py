@@ -168,7 +168,7 @@ def file_key(model_path: str) -> str:
     """A model file by its content: size, and a hash of its first MiB (the header) and of a
     MiB in the middle (tensor data). A moved or copied file keeps its key; another
     quantization, or an edited file, gets another."""
-    p = Path(model_path).expanduser()
+    p = paths.expand_user(model_path)
     try:
         size = p.stat().st_size
         h = hashlib.sha1()

@@ -10,6 +10,7 @@ from textual.containers import Horizontal, Vertical
 from textual.validation import Integer, Number
 from textual.widgets import Input, Label
 
+from chatapp import paths
 from chatapp.models import compare
 from chatapp.models.compare_runs import DEFAULT_KLD_BUDGET
 
@@ -77,7 +78,7 @@ class CompareSetup(Vertical):
         text = self.query_one("#cmp-text", Input).value.strip() or None
         ctx = DEFAULT_TEXT_CTX
         if text is not None:
-            text = str(Path(text).expanduser())
+            text = str(paths.expand_user(text))
             if not Path(text).is_file():
                 return f"no text file at {text}"
             if not self._valid("#cmp-ctx"):
