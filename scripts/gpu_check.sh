@@ -6,22 +6,24 @@
 # from the same trimmed llama.cpp; then chatapp installs from DIR's wheels (pip --no-index), the
 # GPU tests run, `chatapp bench --ngl -1` runs against llama-bench -ngl 99, an out-of-memory load
 # shows the GPU-layer step-down, and one summary is printed (and copied to $OUT when set).
-# GPU_CHECK_PYTHON: the machine's Python 3.11+ with its preinstalled packages (python3);
-# GPU_CHECK_WORK: the work folder (/tmp/chatapp-gpu), emptied first.
+# GPU_CHECK_PYTHON: the machine's Python 3.11+ with its preinstalled packages (python3).
+# GPU_CHECK_WORK: the work folder (/tmp/chatapp-gpu, -cpu for --cpu); a rerun keeps its CMake
+# build, so a run cut short by a time limit resumes the compile where it stopped.
+# Logs and the summary go to $OUT when set (what a lent machine hands back), else WORK/logs.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 usage() { echo "usage: $0 --offline DIR [--cpu]" >&2; exit 2; }
 DIR="" CPU=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --offline) [ $# -ge 2 ] || usage; DIR="$(realpath "$2")"; shift 2 ;;
+    --offline) [ $# -ge 2 ] || usage; DIR="$(realpath -m "$2")"; shift 2 ;;
     --cpu) CPU=1; shift ;;
     *) usage ;;
   esac
 done
 [ -n "$DIR" ] || usage
 PY="${GPU_CHECK_PYTHON:-python3}"
-WORK="${GPU_CHECK_WORK:-/tmp/chatapp-gpu}"
+WORK="${GPU_CHECK_WORK:-/tmp/chatapp-gpu$([ "$CPU" = 0 ] || echo -cpu)}"
 JOBS="$(nproc)"
 LEAVE_GIB=6  # GPU memory left free by the hog for the out-of-memory load (scripts/gpu_oom.py)
 "$PY" "$ROOT/scripts/gpu_carry.py" check "$DIR" --limit-mb 64 >/dev/null || exit 2
@@ -36,13 +38,24 @@ export CHATAPP_DATA_DIR="$WORK/home/data" CHATAPP_CONFIG_DIR="$WORK/home/config"
 export CHATAPP_CACHE_DIR="$WORK/home/cache" CHATAPP_CONFIG="$WORK/home/config/config.toml"
 export CHATAPP_AUTOTUNE=0 CMAKE_BUILD_PARALLEL_LEVEL="$JOBS"
 
-rm -rf "$WORK"
-mkdir -p "$WORK/home"
-SUMMARY="$WORK/summary.txt"
+# A fresh work folder, but for the unpacked source and its CMake build when the carried
+# archive is the same one (ninja then rebuilds nothing, or only what a cut-short run left)
+mkdir -p "$WORK"
+ARCHIVE="$(ls "$DIR"/llama_cpp_python-*.tar.xz)"
+STAMP="$(sha256sum "$ARCHIVE" | cut -c1-16)"
+if [ "$(cat "$WORK/source.stamp" 2>/dev/null)" != "$STAMP" ]; then
+  rm -rf "$WORK"/llama_cpp_python-* "$WORK/build"
+  tar -xJf "$ARCHIVE" -C "$WORK"
+  echo "$STAMP" >"$WORK/source.stamp"
+fi
+find "$WORK" -mindepth 1 -maxdepth 1 ! -name build ! -name 'llama_cpp_python-*' \
+  ! -name source.stamp -exec rm -rf {} +
+LOGS="${OUT:-$WORK/logs}"
+mkdir -p "$WORK/home" "$LOGS"
+SUMMARY="$LOGS/summary.txt"
+: >"$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
 elapsed() { echo $(( $(date +%s) - $1 )); }
-hand_back() { [ -z "${OUT:-}" ] || cp "$WORK"/*.txt "$WORK"/*.log "$OUT"/ 2>/dev/null || true; }
-trap hand_back EXIT
 T0=$(date +%s)
 FAILED=()
 
@@ -75,11 +88,10 @@ PIP=("$VPY" -m pip install -q)
 #    (tools on; mtmd then comes from llama.cpp's tools/, so llama-cpp-python's own copy is off:
 #    chatapp does not use it)
 T=$(date +%s)
-tar -xJf "$DIR"/llama_cpp_python-*.tar.xz -C "$WORK"
 SRC="$(ls -d "$WORK"/llama_cpp_python-*/)"
 CMAKE_ARGS="$CMAKE_GPU -DLLAMA_BUILD_TOOLS=ON -DLLAVA_BUILD=OFF" \
-  "${PIP[@]}" -C build-dir="$WORK/build" "$SRC" >"$WORK/build.log" 2>&1 \
-  || { tail -30 "$WORK/build.log"; say "build: llama-cpp-python FAILED (build.log)"; exit 1; }
+  "$VPY" -m pip install -v -C build-dir="$WORK/build" "$SRC" >"$LOGS/build.log" 2>&1 \
+  || { tail -30 "$LOGS/build.log"; say "build: llama-cpp-python FAILED (build.log)"; exit 1; }
 BENCH="$(find "$WORK/build" -name llama-bench -type f -perm -u+x | head -1)"
 say "build: llama-cpp-python and llama-bench (${CMAKE_GPU:-CPU only}) in $(elapsed "$T") s"
 OFFLOAD="$("$VPY" -c 'import llama_cpp; print(bool(llama_cpp.llama_supports_gpu_offload()))')"
@@ -89,8 +101,8 @@ say "llama.cpp gpu offload supported: $OFFLOAD"
 
 # 2. chatapp from the working tree, its dependencies from the carried wheels only
 T=$(date +%s)
-"${PIP[@]}" "$ROOT" pytest pytest-asyncio >"$WORK/install.log" 2>&1 \
-  || { tail -20 "$WORK/install.log"; say "install: chatapp FAILED (install.log)"; exit 1; }
+"${PIP[@]}" "$ROOT" pytest pytest-asyncio >"$LOGS/install.log" 2>&1 \
+  || { tail -20 "$LOGS/install.log"; say "install: chatapp FAILED (install.log)"; exit 1; }
 CHATAPP="$WORK/venv/bin/chatapp"
 say "install: chatapp --no-index in $(elapsed "$T") s"
 
@@ -99,43 +111,43 @@ cd "$ROOT"
 T=$(date +%s)
 set +e
 "$VPY" -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_gpu_fallback.py \
-  >"$WORK/tests.log" 2>&1
+  >"$LOGS/tests.log" 2>&1
 TESTS=$?
 set -e
-say "tests ($(elapsed "$T") s): $(tail -1 "$WORK/tests.log")"
+say "tests ($(elapsed "$T") s): $(tail -1 "$LOGS/tests.log")"
 [ "$TESTS" = 0 ] || FAILED+=("GPU tests (tests.log)")
-if [ "$CPU" = 0 ] && grep -q "skipped" <(tail -1 "$WORK/tests.log"); then
+if [ "$CPU" = 0 ] && grep -q "skipped" <(tail -1 "$LOGS/tests.log"); then
   FAILED+=("GPU tests skipped on a GPU")
 fi
 
 # 4. decode and prefill with every layer offloaded, against llama-bench -ngl 99
 T=$(date +%s)
 "$CHATAPP" bench --ngl -1 --ctx 2048 --depth 1024 --reps 3 --llama-bench "$BENCH" \
-  >"$WORK/bench.txt" 2>"$WORK/bench.log" || FAILED+=("chatapp bench (bench.log)")
+  >"$LOGS/bench.txt" 2>"$LOGS/bench.log" || FAILED+=("chatapp bench (bench.log)")
 say "bench ($(elapsed "$T") s):"
-tee -a "$SUMMARY" <"$WORK/bench.txt"
+tee -a "$SUMMARY" <"$LOGS/bench.txt"
 
 # 5. an out-of-memory load: every layer on a GPU with LEAVE_GIB free and a context whose KV
 #    cache is 1.4x that; the engine steps down to fewer GPU layers and says so
 T=$(date +%s)
 if [ "$CPU" = 1 ]; then
-  CHATAPP_CACHE_DIR="$WORK/home/oom" "$VPY" scripts/gpu_oom.py stepdown 0.25 >"$WORK/oom.txt" \
-    2>"$WORK/oom.log" || FAILED+=("out-of-memory load (oom.log)")
+  CHATAPP_CACHE_DIR="$WORK/home/oom" "$VPY" scripts/gpu_oom.py stepdown 0.25 >"$LOGS/oom.txt" \
+    2>"$LOGS/oom.log" || FAILED+=("out-of-memory load (oom.log)")
 else
-  "$VPY" scripts/gpu_oom.py hold "$LEAVE_GIB" >"$WORK/hold.log" 2>&1 &
+  "$VPY" scripts/gpu_oom.py hold "$LEAVE_GIB" >"$LOGS/hold.log" 2>&1 &
   HOLD=$!
-  for _ in $(seq 60); do grep -q held "$WORK/hold.log" 2>/dev/null && break; sleep 1; done
-  say "hog: $(cat "$WORK/hold.log")"
+  for _ in $(seq 60); do grep -q held "$LOGS/hold.log" 2>/dev/null && break; sleep 1; done
+  say "hog: $(cat "$LOGS/hold.log")"
   CHATAPP_CACHE_DIR="$WORK/home/oom" "$VPY" scripts/gpu_oom.py stepdown "$LEAVE_GIB" \
-    >"$WORK/oom.txt" 2>"$WORK/oom.log" || FAILED+=("out-of-memory load (oom.log)")
+    >"$LOGS/oom.txt" 2>"$LOGS/oom.log" || FAILED+=("out-of-memory load (oom.log)")
   kill "$HOLD" 2>/dev/null || true
   wait "$HOLD" 2>/dev/null || true
-  grep -q '"stepped_down": true' "$WORK/oom.txt" || FAILED+=("no GPU-layer step-down seen")
+  grep -q '"stepped_down": true' "$LOGS/oom.txt" || FAILED+=("no GPU-layer step-down seen")
 fi
-say "out-of-memory load ($(elapsed "$T") s): $(cat "$WORK/oom.txt")"
+say "out-of-memory load ($(elapsed "$T") s): $(cat "$LOGS/oom.txt")"
 
 # 6. what `fit` sees of this machine's memory
-"$CHATAPP" fit --json 2>>"$WORK/fit.log" | "$VPY" -c 'import json, sys
+"$CHATAPP" fit --json 2>>"$LOGS/fit.log" | "$VPY" -c 'import json, sys
 f = json.load(sys.stdin)["fit"]
 print("fit:", f["verdict"], "| gpu free", f["gpu_free_bytes"], "| gpu layers fit", f["gpu_layers_fit"])' \
   | tee -a "$SUMMARY" || FAILED+=("chatapp fit (fit.log)")

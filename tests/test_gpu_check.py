@@ -142,6 +142,7 @@ def test_cut_keeps_the_first_blocks_and_everything_outside_them(name, kept):
     assert cut_layers.kept(name, 2) is kept
 
 
+@pytest.mark.slow
 def test_the_cut_model_has_its_blocks_and_decodes(tmp_path, model_path):
     from chatapp.engine.local.engine import LocalEngine
 
