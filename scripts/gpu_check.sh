@@ -7,6 +7,7 @@
 # GPU tests run, `chatapp bench --ngl -1` runs against llama-bench -ngl 99, an out-of-memory load
 # shows the GPU-layer step-down, and one summary is printed (and copied to $OUT when set).
 # GPU_CHECK_PYTHON: the machine's Python 3.11+ with its preinstalled packages (python3).
+# GPU_CHECK_REPS: bench repetitions (3).
 # GPU_CHECK_WORK: the work folder (/tmp/chatapp-gpu, -cpu for --cpu); a rerun keeps its CMake
 # build, so a run cut short by a time limit resumes the compile where it stopped.
 # Logs and the summary go to $OUT when set (what a lent machine hands back), else WORK/logs.
@@ -25,6 +26,7 @@ done
 PY="${GPU_CHECK_PYTHON:-python3}"
 WORK="${GPU_CHECK_WORK:-/tmp/chatapp-gpu$([ "$CPU" = 0 ] || echo -cpu)}"
 JOBS="$(nproc)"
+REPS="${GPU_CHECK_REPS:-3}"
 LEAVE_GIB=6  # GPU memory left free by the hog for the out-of-memory load (scripts/gpu_oom.py)
 "$PY" "$ROOT/scripts/gpu_carry.py" check "$DIR" --limit-mb 64 >/dev/null || exit 2
 
@@ -68,6 +70,7 @@ if [ "$CPU" = 1 ]; then
   PY="$WORK/device/bin/python"
 else
   command -v nvidia-smi >/dev/null || { echo "no nvidia-smi: use --cpu for the dry run" >&2; exit 2; }
+  command -v nvcc >/dev/null || [ ! -x /usr/local/cuda/bin/nvcc ] || PATH="/usr/local/cuda/bin:$PATH"
   GPU="$(nvidia-smi --query-gpu=name,memory.total,compute_cap --format=csv,noheader | head -1)"
   ARCH="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')"
   CMAKE_GPU="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$ARCH"
@@ -120,14 +123,23 @@ if [ "$CPU" = 0 ] && grep -q "skipped" <(tail -1 "$LOGS/tests.log"); then
   FAILED+=("GPU tests skipped on a GPU")
 fi
 
-# 4. decode and prefill with every layer offloaded, against llama-bench -ngl 99
+# 4. one reply with every layer offloaded, as `ask --json` reports it
+"$CHATAPP" ask "Count to ten." --ngl -1 --max-tokens 32 --temperature 0 --json \
+  2>"$LOGS/ask.log" | "$VPY" -c 'import json, sys
+d = json.load(sys.stdin)
+s, t = d.get("settings") or {}, d
+print("ask --ngl -1:", s.get("n_gpu_layers"), "gpu layers, flash attention", s.get("flash_attn"),
+      "| decode", t.get("decode_tps"), "t/s over", t.get("completion_tokens"), "tokens")' \
+  | tee -a "$SUMMARY" || FAILED+=("chatapp ask (ask.log)")
+
+# 5. decode and prefill with every layer offloaded, against llama-bench -ngl 99
 T=$(date +%s)
-"$CHATAPP" bench --ngl -1 --ctx 2048 --depth 1024 --reps 3 --llama-bench "$BENCH" \
+"$CHATAPP" bench --ngl -1 --ctx 2048 --depth 1024 --reps "$REPS" --llama-bench "$BENCH" \
   >"$LOGS/bench.txt" 2>"$LOGS/bench.log" || FAILED+=("chatapp bench (bench.log)")
 say "bench ($(elapsed "$T") s):"
 tee -a "$SUMMARY" <"$LOGS/bench.txt"
 
-# 5. an out-of-memory load: every layer on a GPU with LEAVE_GIB free and a context whose KV
+# 6. an out-of-memory load: every layer on a GPU with LEAVE_GIB free and a context whose KV
 #    cache is 1.4x that; the engine steps down to fewer GPU layers and says so
 T=$(date +%s)
 if [ "$CPU" = 1 ]; then
@@ -146,7 +158,7 @@ else
 fi
 say "out-of-memory load ($(elapsed "$T") s): $(cat "$LOGS/oom.txt")"
 
-# 6. what `fit` sees of this machine's memory
+# 7. what `fit` sees of this machine's memory
 "$CHATAPP" fit --json 2>>"$LOGS/fit.log" | "$VPY" -c 'import json, sys
 f = json.load(sys.stdin)["fit"]
 print("fit:", f["verdict"], "| gpu free", f["gpu_free_bytes"], "| gpu layers fit", f["gpu_layers_fit"])' \
