@@ -8,6 +8,7 @@ from gguf_builders import build, kv_str, kv_u32, write
 from chatapp.engine.local import gpu_fallback
 from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import EngineError, LoadOptions, ModelInfo
+from chatapp.gguf.header import read_header
 
 
 class OutOfGpuMemory(LocalEngine):
@@ -33,16 +34,18 @@ def test_layer_steps_halve_down_to_cpu():
 
 
 def test_steps_down_says_so_and_remembers(model_path, fresh_dirs):
+    # The bundled model's 30 blocks: 31, 15, 7; the GPU check's cut of it (docs/gpu.md): 5, 2, 1
+    steps = gpu_fallback.layer_steps(-1, read_header(model_path).metadata["llama.block_count"])
     opts = LoadOptions(model_path=model_path, n_gpu_layers=-1)
-    engine = OutOfGpuMemory(opts)
-    assert engine.start().n_gpu_layers == 7
-    assert engine.tried == [31, 15, 7]
+    engine = OutOfGpuMemory(opts, fits=steps[2])
+    assert engine.start().n_gpu_layers == steps[2]
+    assert engine.tried == steps[:3]
     (note,) = engine.notes
-    assert "loaded with 7 GPU layers instead" in note and "CUDA0" in note
-    assert gpu_fallback.remembered_layers(model_path) == 7
-    again = OutOfGpuMemory(opts)
-    assert again.start().n_gpu_layers == 7
-    assert again.tried == [7] and again.notes == [], "the next load starts from what worked"
+    assert f"loaded with {steps[2]} GPU layers instead" in note and "CUDA0" in note
+    assert gpu_fallback.remembered_layers(model_path) == steps[2]
+    again = OutOfGpuMemory(opts, fits=steps[2])
+    assert again.start().n_gpu_layers == steps[2]
+    assert again.tried == [steps[2]] and again.notes == [], "the next load starts from what worked"
 
 
 def test_a_file_that_fails_on_the_cpu_too_raises_the_cpu_error(model_path, fresh_dirs):
