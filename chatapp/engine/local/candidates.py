@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping, Sized
+from collections.abc import Callable, Collection, Container, Mapping, Sized
 from math import log
 from typing import Protocol
 
@@ -127,43 +127,32 @@ def rank(logits: np.ndarray, m: int, normalize: bool = True) -> tuple[np.ndarray
 def top_candidates(
     logits: np.ndarray,
     settings: SamplerSettings,
-    recent: Container[int],
+    recent: Collection[int],
     top_n: int,
     piece: Callable[[int], bytes],
     idx: np.ndarray | None = None,
     log_z: float | None = None,
     allowed: np.ndarray | None = None,
-    log_z_allowed: float | None = None,
-    tail: np.ndarray | None = None,
+    vocab: np.ndarray | None = None,
 ) -> tuple[Candidate, ...]:
     """The candidate rows of one step, made now (candidate_rows.candidate_rows over the ranked
     tokens): for the steps whose facts alone cannot make them later, top-k off (the kept set
-    reaches past the ranked tokens: the rest is counted with its raw logits) or a grammar.
-
-    With a grammar, `allowed` says which of `idx` it allows (the caller ranks enough allowed
-    tokens for top-k: engine/local/grammar.py); `log_z_allowed` (the normalizer of the
-    allowed tokens) and `tail` (the logits the grammar left, -inf elsewhere) stand in for the
-    whole vocabulary's when top-k does not bound the kept set.
+    reaches past the ranked tokens: `vocab` is then the row the chain sees, `logits` or a
+    grammar's masked copy) or a grammar (`allowed` says which of `idx` it allows; the caller
+    ranks enough allowed tokens for top-k: engine/local/grammar.py).
     """
     if idx is None or log_z is None:
         idx, log_z = rank(logits, ranked_size(settings, top_n, logits.shape[0]))
-    ids0 = idx.tolist()
-    rest = tail if tail is not None else logits
-
-    def tail_mass(q: list[float], z_pen: float, best: float) -> float:
-        return _kept_tail_mass(rest, idx, np.array(q), z_pen, best, settings)
-
     return candidate_rows(
-        ids0,
-        logits[idx].tolist(),
+        idx,
+        logits[idx],
         log_z,
         settings,
         recent,
         top_n,
-        lambda i: piece(ids0[i]),
-        allowed=None if allowed is None else allowed.tolist(),
-        log_z_allowed=log_z_allowed,
-        tail_mass=tail_mass,
+        lambda i: piece(int(idx[i])),
+        allowed=allowed,
+        vocab=vocab,
     )
 
 
@@ -219,33 +208,6 @@ class StepCapture:
             lowered,
             tuple(map(self.piece, shown)),
         )
-
-
-def _kept_tail_mass(
-    logits: np.ndarray,
-    idx: np.ndarray,
-    q: np.ndarray,
-    z_pen: float,
-    best: float,
-    settings: SamplerSettings,
-) -> float:
-    """Temperature-scaled mass of the unranked tokens that top-p and min-p keep (top-k off).
-
-    Rare and display-only (the native chain samples on this path); the tail is counted with
-    its raw logits, so penalties on tokens outside the ranked set are not modelled.
-    """
-    outside = np.ones(logits.shape[0], dtype=bool)
-    outside[idx] = False
-    tail = logits[outside].astype(np.float64)
-    if settings.min_p > 0:
-        tail = tail[tail >= np.log(settings.min_p) + best]
-    tail = np.sort(tail)[::-1]
-    if settings.top_p < 1.0 and tail.size:
-        # top-p keeps tokens until the mass reaches p, the one that reaches it included
-        cum = q.sum() + np.cumsum(np.exp(tail - best) / z_pen)
-        reached = int(np.searchsorted(cum, settings.top_p))
-        tail = tail[: reached + 1]
-    return float(np.exp((tail - best) / settings.temperature).sum())
 
 
 def token_logprob(logits: np.ndarray, token: int, log_z: float) -> float:
