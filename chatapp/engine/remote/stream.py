@@ -58,6 +58,8 @@ def body_for(
         body["prompt"] = request.raw_prompt
         if logprobs and n > 0:
             body["logprobs"] = n
+    if logprobs and n > 0 and kind == "llama-server":
+        body["post_sampling_probs"] = True  # what its samplers kept, with their probabilities
     return body
 
 

@@ -154,8 +154,10 @@ class ProbPanel(Widget, can_focus=True):
             else:
                 out.append("▶ " if is_chosen else "  ", style=style["chosen"])
             out.append(f"{repr_piece(c.piece)[:piece_w]:<{piece_w}}", style=piece_style)
-            out.append(bar(c.p, bar_w), style=style["raw"] if kept else style["dropped"])
-            out.append(f" {c.p:5.3f} ")
+            known = c.p == c.p  # (nan: a server reported only what its samplers kept)
+            raw_style = style["raw"] if kept else style["dropped"]
+            out.append(bar(c.p if known else 0.0, bar_w), style=raw_style)
+            out.append(f" {c.p:5.3f} " if known else "   -   ")
             out.append(bar(c.p_final, bar_w), style=style["final"])
             out.append(f" {c.p_final:5.3f}")
             if row == self.cursor and self.has_focus:
