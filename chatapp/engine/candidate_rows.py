@@ -248,7 +248,7 @@ def candidate_rows(
     top_n: int,
     piece_at: Callable[[int], bytes],
     allowed: np.ndarray | None = None,
-    vocab: np.ndarray | None = None,
+    vocab_cuts: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> tuple[Candidate, ...]:
     """The top `top_n` candidates of a step, ranked as the native chain ranks them (after the
     penalties), each with its raw probability, the steps that cut it and its probability
@@ -258,8 +258,8 @@ def candidate_rows(
     With a grammar, `allowed` says which of `ids0` it allows; the samplers see those only, the
     list shows the best raw candidates, each the grammar cut marked, and the grammar's best.
     Where top-k (or greedy) bounds what the chain keeps, the ranked tokens suffice; otherwise
-    `vocab` holds the logits the chain sees over the whole vocabulary (-inf where a grammar
-    cuts) and `recent` must iterate (the penalty window).
+    `vocab_cuts(ids0)` gives what _ranked_cuts gives, from chain_cuts over the whole
+    vocabulary (engine/local/candidates.py).
     """
     rp = settings.repeat_penalty
     pen0 = penalized(raw0, _recent(ids0, recent) if rp != 1.0 else None, rp)
@@ -269,10 +269,10 @@ def candidate_rows(
     if allowed is not None and live.shape[0] and shown and int(live[0]) not in shown:
         shown[-1] = int(live[0])  # the grammar's best stays in sight
     k = 1 if settings.greedy else settings.top_k
-    if vocab is None or 0 < k <= live.shape[0]:
+    if vocab_cuts is None or 0 < k <= live.shape[0]:
         cut_of, final_of = _ranked_cuts(pen0, live, settings)
     else:
-        cut_of, final_of = _vocab_cuts(vocab, ids0, recent, settings)
+        cut_of, final_of = vocab_cuts(ids0)
     at = np.array(shown, dtype=np.int64)
     p = np.exp(raw0[at].astype(np.float64) - log_z).tolist()
     rows = zip(shown, ids0[at].tolist(), p, final_of[at].tolist(), cut_of[at].tolist(), strict=True)
@@ -292,32 +292,3 @@ def _ranked_cuts(pen0: np.ndarray, live: np.ndarray, settings: SamplerSettings):
     final_of = np.zeros(pen0.shape[0])
     final_of[live] = final
     return cut_of, final_of
-
-
-def _vocab_cuts(vocab: np.ndarray, ids0: np.ndarray, recent, settings: SamplerSettings):
-    """_ranked_cuts where the chain sees the whole vocabulary (the tokens a grammar allows in
-    `vocab`). Only the best few hundred are sorted (a sort of the whole vocabulary costs ms),
-    more while the rest below them comes through."""
-    ids = np.flatnonzero(np.isfinite(vocab))
-    window = np.fromiter(recent, dtype=np.int64)
-    pen = penalized(vocab[ids], np.isin(ids, window), settings.repeat_penalty)
-    n = pen.shape[0]
-    top = float(pen.max())
-    total = float(np.exp(pen - top).sum())
-    m = max(256, ids0.shape[0])
-    while True:
-        m = min(m, n)
-        head = np.argpartition(-pen, m - 1)[:m] if m < n else np.arange(n)
-        head = head[np.argsort(-pen[head], kind="stable")]
-        logits = pen[head]
-        rest = max(1e-300, total - float(np.exp(logits - top).sum())) if m < n else 0.0
-        cut, final, rest_cut = chain_cuts(logits, settings, rest)
-        if rest_cut >= 0 or m == n:
-            break
-        m *= 4
-    place = np.full(vocab.shape[0], m)  # (m: below the sorted ones, cut with the rest)
-    place[ids[head]] = np.arange(m)
-    j = place[ids0]
-    cut_of = np.append(cut, np.int8(rest_cut))[j]
-    cut_of[~np.isfinite(vocab[ids0])] = -1
-    return cut_of, np.append(final, 0.0)[j]

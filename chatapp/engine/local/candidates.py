@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Container, Mapping, Sized
-from math import log
+from math import exp, log
 from typing import Protocol
 
 import numpy as np
 
-from chatapp.engine.candidate_rows import Candidate, Candidates, StepFacts, candidate_rows
+from chatapp.engine.candidate_rows import (
+    Candidate,
+    Candidates,
+    StepFacts,
+    candidate_rows,
+    chain_cuts,
+)
 from chatapp.sampling import SamplerSettings
 
 # How many candidates are ranked per step (more than are shown, so cuts are exact in practice).
@@ -143,6 +149,10 @@ def top_candidates(
     """
     if idx is None or log_z is None:
         idx, log_z = rank(logits, ranked_size(settings, top_n, logits.shape[0]))
+    whole = None
+    if vocab is not None:
+        row_log_z = None if allowed is not None else log_z  # (a grammar's mask changes it)
+        whole = lambda ids: vocab_cuts(vocab, ids, recent, settings, row_log_z)  # noqa: E731
     return candidate_rows(
         idx,
         logits[idx],
@@ -152,8 +162,56 @@ def top_candidates(
         top_n,
         lambda i: piece(int(idx[i])),
         allowed=allowed,
-        vocab=vocab,
+        vocab_cuts=whole,
     )
+
+
+_PENALIZED: dict[int, np.ndarray] = {}
+
+
+def vocab_cuts(
+    vocab: np.ndarray, ids0: np.ndarray, recent, settings: SamplerSettings, log_z: float | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """candidate_rows' cuts and after-samplers probabilities of the tokens `ids0` where the
+    chain sees the whole vocabulary (`vocab`: -inf where a grammar cuts; `log_z` its
+    log-normalizer, None when a grammar masks it): chain_cuts over the best few hundred after
+    the penalties, sorted, more while the rest below them comes through (a sort of the whole
+    vocabulary costs ms)."""
+    rp = settings.repeat_penalty
+    window = np.fromiter(recent, dtype=np.int64) if rp != 1.0 and recent else None
+    pen = vocab
+    if window is not None and window.shape[0]:
+        pen = _PENALIZED.get(vocab.shape[0])  # (one buffer: rank's row cache keeps its grid)
+        if pen is None:
+            pen = _PENALIZED[vocab.shape[0]] = np.empty_like(vocab)
+        np.copyto(pen, vocab)
+        seen = pen[window]
+        pen[window] = np.where(seen > 0, seen / rp, seen * rp)
+    n = pen.shape[0]
+    top = float(pen.max())
+    if log_z is None:
+        total = float(np.exp(pen - np.float32(top), dtype=np.float64).sum())
+    else:  # the row's normalizer, the window's tokens moved to their lowered logits
+        total = exp(log_z - top)
+        if pen is not vocab:
+            was, now = vocab[window].astype(np.float64), pen[window].astype(np.float64)
+            total += float(np.exp(now - top).sum() - np.exp(was - top).sum())
+    m = max(256, ids0.shape[0])
+    while True:
+        m = min(m, n)
+        head = rank(pen, m, normalize=False)[0] if m < n else np.arange(n)
+        head = head[np.argsort(-pen[head], kind="stable")]
+        logits = pen[head].astype(np.float64)
+        rest = max(1e-300, total - float(np.exp(logits - top).sum())) if m < n else 0.0
+        cut, final, rest_cut = chain_cuts(logits, settings, rest)
+        if rest_cut >= 0 or m == n:
+            break
+        m *= 4
+    place = {t: j for j, t in enumerate(head.tolist())}
+    at = np.array([place.get(t, len(place)) for t in ids0.tolist()])  # (past them: the rest)
+    cut_of = np.append(cut, np.int8(rest_cut))[at]
+    cut_of[~np.isfinite(vocab[ids0])] = -1
+    return cut_of, np.append(final, 0.0)[at]
 
 
 def step_facts(
