@@ -65,6 +65,7 @@ class Sampler:
     slider_high: float | None = None
     cli: bool = True
     whole: bool = False  # a whole number
+    cut_name: str = ""  # its cut's name in the panel, where not its label and value
 
     def steps(self, s: SamplerSettings) -> tuple[Native, ...]:
         """Its native steps for these settings (empty when it adds none)."""
@@ -72,9 +73,7 @@ class Sampler:
 
     def cut_text(self, s: SamplerSettings) -> str:
         """The Next token panel's name for this step's cut: 'top-k 40', 'greedy'."""
-        if self.name == "temperature":
-            return "greedy"  # (the only cut the temperature makes)
-        return f"{self.label} {getattr(s, self.name):g}"
+        return self.cut_name or f"{self.label} {getattr(s, self.name):g}"
 
 
 def _step(init: str, *args: Any) -> tuple[Native, ...]:
@@ -146,6 +145,7 @@ SAMPLERS: tuple[Sampler, ...] = (
         "temp",
         native=_temperature,
         kept=lambda c, t: _best(c) if t <= 0.0 else c.rank >= 0,
+        cut_name="greedy",  # (the only cut it makes)
         server="temperature",
         slider=0,
     ),

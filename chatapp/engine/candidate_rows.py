@@ -3,7 +3,7 @@ what the sampler chain keeps of them, by the kept rules of chatapp.sampling's ta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Container, Iterator
+from collections.abc import Callable, Container, Iterator
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from functools import lru_cache
@@ -244,7 +244,7 @@ def candidate_rows(
     raw0: np.ndarray,
     log_z: float,
     settings: SamplerSettings,
-    recent: Collection[int],
+    recent: Container[int],
     top_n: int,
     piece_at: Callable[[int], bytes],
     allowed: np.ndarray | None = None,
