@@ -136,10 +136,8 @@ class ScriptedEngine:
                     self._piece(n + k),
                     0.5 / (k + 1),
                     0.6 / (k + 1),
-                    kept_top_k=k < 4,
-                    kept_top_p=k < 3,
-                    kept_min_p=True,
-                    kept_grammar=request.grammar is None or k != 1,  # a grammar cuts the 2nd
+                    # a grammar cuts the 2nd, top-p the 4th, top-k the rest
+                    cut_by=_scripted_cut(k, request.grammar is not None),
                 )
                 for k in range(6)
             )
@@ -211,3 +209,10 @@ class ScriptedEngine:
 
     def close(self) -> None:
         self._alive = False
+
+
+def _scripted_cut(k: int, grammar: bool) -> str:
+    """Which step cut the k-th scripted candidate."""
+    if grammar and k == 1:
+        return "grammar"
+    return "top_k" if k >= 4 else "top_p" if k == 3 else ""

@@ -28,7 +28,8 @@ def _logits(seed: int, spread: float) -> np.ndarray:
 
 
 def _reference(logits: np.ndarray, s: SamplerSettings, recent: set[int]) -> list[tuple]:
-    """Every step over the whole vocabulary in float64: (id, p, p_final, k, p, min) per token."""
+    """llama.cpp's chain over the whole vocabulary in float64, written out step by step:
+    (id, p, p_final, the step that cut it) per token, best first after the penalties."""
     raw = logits.astype(np.float64)
     p_raw = np.exp(raw - raw.max())
     p_raw /= p_raw.sum()
@@ -37,28 +38,33 @@ def _reference(logits: np.ndarray, s: SamplerSettings, recent: set[int]) -> list
         for t in recent:
             pen[t] = pen[t] / s.repeat_penalty if pen[t] > 0 else pen[t] * s.repeat_penalty
     order = np.argsort(-pen, kind="stable")
+    v = pen[order]
     n = len(order)
-    k = s.top_k if 0 < s.top_k < n else n
-    kept_k = np.arange(n) < k
-    q = np.exp(pen[order] - pen[order][0])
-    q /= q[:k].sum()
-    kept_p = np.ones(n, bool)
-    if s.top_p < 1.0:
-        cum = np.cumsum(np.where(kept_k, q, 0.0))
-        first = int(np.argmax(cum >= s.top_p))
-        if cum[first] >= s.top_p:
-            kept_p[first + 1 :] = False
-    kept_min = q >= s.min_p * q[0]
-    kept = kept_k & kept_p & kept_min
+    cut = [""] * n
+    alive = n  # every step here keeps a prefix of what reaches it
     if s.greedy:
-        final = (np.arange(n) == 0).astype(float)
+        cut[1:] = ["temperature"] * (n - 1)
+        alive = 1
     else:
-        scaled = np.where(kept, np.exp((pen[order] - pen[order][0]) / s.temperature), 0.0)
-        final = scaled / scaled.sum()
-    return [
-        (int(order[i]), p_raw[order[i]], final[i], kept_k[i], kept_p[i], kept_min[i])
-        for i in range(n)
-    ]
+        if 0 < s.top_k < n:
+            cut[s.top_k :] = ["top_k"] * (n - s.top_k)
+            alive = s.top_k
+        if s.top_p < 1.0:
+            q = np.exp(v[:alive] - v[0])
+            q /= q.sum()
+            before = np.cumsum(q) - q
+            keep = max(1, int((before < s.top_p).sum()))
+            cut[keep:alive] = ["top_p"] * (alive - keep)
+            alive = keep
+        if s.min_p > 0.0:
+            keep = max(1, int((v[:alive] >= v[0] + np.log(s.min_p)).sum()))
+            cut[keep:alive] = ["min_p"] * (alive - keep)
+            alive = keep
+    final = np.zeros(n)
+    t = s.temperature if not s.greedy else 1.0
+    final[:alive] = np.exp((v[:alive] - v[0]) / t)
+    final /= final.sum()
+    return [(int(order[i]), p_raw[order[i]], final[i], cut[i]) for i in range(n)]
 
 
 SETTINGS = [
@@ -80,13 +86,13 @@ def test_candidates_match_the_full_vocabulary_reference(settings, spread):
     for seed in range(3):
         logits = _logits(seed, spread)
         recent = {int(t) for t in np.argsort(logits)[-30:][::3]}  # some favourites repeat
-        got = top_candidates(logits, settings, recent, 10, lambda i: b"")
+        got = top_candidates(logits, settings, recent, 10, lambda i: b"", vocab=logits)
         want = _reference(logits, settings, recent)[:10]
         assert [c.id for c in got] == [w[0] for w in want]
-        for c, (_, p, p_final, k, tp, mp) in zip(got, want, strict=True):
+        for c, (_, p, p_final, cut_by) in zip(got, want, strict=True):
             assert c.p == pytest.approx(p, rel=1e-4, abs=1e-9)
             assert c.p_final == pytest.approx(p_final, rel=1e-3, abs=1e-7)
-            assert (c.kept_top_k, c.kept_top_p, c.kept_min_p) == (k, tp, mp)
+            assert c.cut_by == cut_by
 
 
 @pytest.mark.parametrize("m", [1, 10, 64, 300])

@@ -134,13 +134,14 @@ def test_top_p_and_min_p_cut_lines(engine):
         top, before = c[0].p, 0.0
         for cand in c:
             floor = 0.2 * top  # min-p keeps what is at least min_p times the best
-            if abs(cand.p - floor) > 1e-5 * top:
-                assert cand.kept_min_p == (cand.p >= floor), (cand, floor)
-            if abs(before - 0.5) > 1e-5:  # top-p keeps up to the first reaching the mass
-                assert cand.kept_top_p == (before < 0.5), (cand, before)
+            # top-p (first in the chain) keeps up to the first reaching the mass; min-p then
+            # cuts what top-p kept below its floor
+            if abs(before - 0.5) > 1e-5 and abs(cand.p - floor) > 1e-5 * top:
+                want = "top_p" if before >= 0.5 else "min_p" if cand.p < floor else ""
+                assert cand.cut_by == want, (cand, before, floor)
             before += cand.p
-            cut_by_min_p += not cand.kept_min_p
-            cut_by_top_p += not cand.kept_top_p
+            cut_by_min_p += cand.cut_by == "min_p"
+            cut_by_top_p += cand.cut_by == "top_p"
         assert c[0].kept
         assert all(x.p_final == 0 for x in c if not x.kept)
     assert cut_by_min_p and cut_by_top_p, "each cut must show up for the check to mean something"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -366,3 +367,61 @@ def test_llama_server_extras(stub):
     assert st.prompt_tokens == 3 and st.prompt_evaluated == 1 and st.n_ctx == 4096
     assert st.prefill_s == pytest.approx(0.0125)
     assert not any(isinstance(e, Notice) and "approximate" in e.message for e in events)
+
+
+def test_llama_server_post_sampling_probabilities_are_the_after_column(stub):
+    """llama-server asked for post_sampling_probs: its top_probs (the tokens its samplers kept,
+    with their probabilities after them) are the candidates' after column as it sent them;
+    the probability before the samplers is not reported (nan; ask --json writes null)."""
+    stub.routes[("GET", "/props")] = lambda h, b: h.send_json(
+        200, {"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1}
+    )
+    kept = [(10, " red", 0.625), (12, " blue", 0.25), (13, " green", 0.125)]
+
+    def chat(h, body):
+        assert body["post_sampling_probs"] is True and body["top_logprobs"] == 5
+        top = [{"id": i, "token": t, "bytes": list(t.encode()), "prob": p} for i, t, p in kept]
+        entry = {"id": 12, "token": " blue", "bytes": list(b" blue"), "prob": 0.25}
+        h.send_sse([chunk(" blue", {"content": [{**entry, "top_probs": top}]}), DONE_STOP])
+
+    chat_route(stub, chat)
+    with started(stub.url) as eng:
+        events = list(eng.generate(ask(top_n=5)))
+    (token,) = [e for e in events if isinstance(e, Token)]
+    assert token.id == 12 and token.logprob is None
+    rows = token.candidates
+    assert [(c.id, c.text, c.p_final, c.kept) for c in rows] == [(*k, True) for k in kept]
+    assert all(math.isnan(c.p) for c in rows)
+
+
+def test_other_servers_are_not_asked_for_post_sampling_probabilities(stub):
+    seen = []
+
+    def chat(h, body):
+        seen.append(body)
+        h.send_sse([chunk("ok"), DONE_STOP])
+
+    chat_route(stub, chat)
+    with started(stub.url) as eng:
+        list(eng.generate(ask(top_n=5)))
+    assert seen and "post_sampling_probs" not in seen[0] and seen[0]["logprobs"] is True
+
+
+async def test_the_panel_draws_a_servers_after_column_as_sent():
+    """The Next token panel over llama-server's post-sampling rows: its probabilities in the
+    after column, the raw column left empty (not reported), never 'nan'."""
+    from helpers import SIZE
+    from scripted_engine import ScriptedEngine
+
+    from chatapp.engine.remote.tokens import candidates_after
+    from chatapp.ui.app import ChatApp
+
+    top = [{"id": 10, "token": " red", "prob": 0.625}, {"id": 12, "token": " blue", "prob": 0.375}]
+    app = ChatApp(lambda: ScriptedEngine())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.probs.candidates = candidates_after(top, 5)
+        lines = str(app.probs.render()).splitlines()
+    red = next(line for line in lines if "' red'" in line)
+    assert red.rstrip().endswith("0.625") and " - " in red and "nan" not in red
+    assert next(line for line in lines if "' blue'" in line).rstrip().endswith("0.375")

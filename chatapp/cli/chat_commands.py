@@ -20,7 +20,7 @@ from chatapp.cli.options import (
     ServerOpt,
     ThinkOpt,
     ThreadsOpt,
-    bound_help,
+    sampler_options,
 )
 from chatapp.cli.typer_app import app
 from chatapp.commands.settings import (
@@ -134,19 +134,14 @@ def chat(
 
 
 @app.command()
+@sampler_options
 def ask(
     prompt: Annotated[str, typer.Argument(help="what to ask")],
     model: ModelOpt = None,
     system: Annotated[
         str | None, typer.Option(help="system prompt: text, or @NAME for a named one")
     ] = None,
-    max_tokens: Annotated[int | None, typer.Option(help=bound_help("max_tokens"))] = None,
-    temperature: Annotated[float | None, typer.Option(help=bound_help("temperature"))] = None,
-    top_p: Annotated[float | None, typer.Option(help=bound_help("top_p"))] = None,
-    top_k: Annotated[int | None, typer.Option(help=bound_help("top_k"))] = None,
-    min_p: Annotated[float | None, typer.Option(help=bound_help("min_p"))] = None,
-    repeat_penalty: Annotated[float | None, typer.Option(help=bound_help("repeat_penalty"))] = None,
-    seed: Annotated[int | None, typer.Option(help=bound_help("seed"))] = None,
+    samplers: dict | None = None,  # (sampler_options: --temperature, --top-k, ...)
     stop: Annotated[list[str] | None, typer.Option(help="stop string (repeatable)")] = None,
     ctx: CtxOpt = None,
     ngl: NglOpt = None,
@@ -179,16 +174,7 @@ def ask(
     from chatapp.chat.prompts import resolve_system
 
     system = resolve_system(system, config)
-    settings = sampler_settings(
-        config,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        min_p=min_p,
-        repeat_penalty=repeat_penalty,
-        max_tokens=max_tokens,
-        seed=seed,
-    )
+    settings = sampler_settings(config, **(samplers or {}))
     url, remote = resolve_server(server, api_key_env, model_name, config)
     kind, draft_model = draft_choice(draft, config)
     options = load_options(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from chatapp.sampling import BOUNDS
+from chatapp.sampling import BY_NAME, SAMPLERS, SLIDERS
 
 MODEL_HELP = (
     "a GGUF file, or a name: USER/REPO[:QUANT] or USER/REPO:FILE.gguf (Hugging Face, pulled "
@@ -76,5 +79,36 @@ PathArg = Annotated[Path, typer.Argument(help="a file")]
 
 def bound_help(name: str) -> str:
     """A sampler option's help with its bounds, e.g. 'randomness [0..5]'."""
-    b = BOUNDS[name]
+    b = BY_NAME[name].bound
     return f"{b.help} [{b.low:g}..{b.high:g}]"
+
+
+CLI_SAMPLERS = tuple(row for row in SLIDERS if row.cli) + tuple(
+    row for row in SAMPLERS if row.cli and row.slider is None
+)
+"""The samplers with an option, in the sliders' order."""
+
+
+def sampler_options(command: Callable) -> Callable:
+    """One option per sampler the table gives the command line (--temperature, --top-k, ...,
+    help and bounds from the table) in place of the command's `samplers` parameter, which
+    gets them as a dict (None: not given; config fills it)."""
+    sig = inspect.signature(command, eval_str=True)
+    params: list[inspect.Parameter] = []
+    for param in sig.parameters.values():
+        if param.name != "samplers":
+            params.append(param)
+            continue
+        for row in CLI_SAMPLERS:
+            kind = int if row.whole else float
+            option = typer.Option(help=bound_help(row.name))
+            annotation = Annotated[kind | None, option]  # type: ignore[valid-type]
+            params.append(param.replace(name=row.name, annotation=annotation, default=None))
+
+    @functools.wraps(command)
+    def with_samplers(*args, **kwargs):
+        given = {row.name: kwargs.pop(row.name, None) for row in CLI_SAMPLERS}
+        return command(*args, samplers=given, **kwargs)
+
+    with_samplers.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    return with_samplers

@@ -20,6 +20,7 @@ from chatapp.chat.session import ChatSession
 from chatapp.engine.factory import make_engine
 from chatapp.engine.grammar import load_grammar
 from chatapp.engine.protocol import (
+    Candidate,
     Engine,
     Failed,
     Finished,
@@ -146,6 +147,7 @@ def run_ask(
                 "n_params": info.n_params if info else None,
             },
             "settings": load_settings(info),
+            "sampler": settings.to_dict(),
             "speculation": {
                 "draft": st.draft,
                 "draft_model": info.draft_model if info else "",
@@ -168,7 +170,7 @@ def run_ask(
                     "id": t.id,
                     "text": t.piece.decode("utf-8", "replace"),
                     "logprob": t.logprob,
-                    "top": [{"id": c.id, "text": c.text, "p": c.p} for c in t.candidates],
+                    "top": [candidate_row(c) for c in t.candidates],
                     "drafted": t.drafted,
                 }
                 for t in tokens
@@ -181,6 +183,18 @@ def run_ask(
         out.flush()
         print(stats_line(finished), file=sys.stderr)
     return 0
+
+
+def candidate_row(c: Candidate) -> dict:
+    """One candidate in `ask --json` (docs/ask-json.md): its probability before the samplers
+    (null where a server did not report it), after them, and the step that cut it."""
+    return {
+        "id": c.id,
+        "text": c.text,
+        "p": c.p if c.p == c.p else None,
+        "p_after": c.p_final,
+        "cut_by": c.cut_by or None,
+    }
 
 
 def check_fits(engine: Engine, content: str, settings: SamplerSettings) -> None:

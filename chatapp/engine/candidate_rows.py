@@ -1,14 +1,19 @@
-"""Candidate rows of one step, derived from the raw facts the token loop keeps, when shown."""
+"""Candidate rows of one step, derived from the raw facts the token loop keeps, when shown;
+what the sampler chain keeps of them, by the kept rules of chatapp.sampling's table."""
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Callable, Container, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass
-from math import exp, fsum
+from functools import lru_cache
 from typing import Protocol, overload
 
-from chatapp.sampling import SamplerSettings
+import numpy as np
+
+from chatapp.sampling import CUTS, Kept, SamplerSettings
+
+GRAMMAR = "grammar"  # Candidate.cut_by of a token the grammar does not allow
 
 
 @dataclass(frozen=True)
@@ -17,16 +22,20 @@ class Candidate:
 
     id: int
     piece: bytes
-    p: float  # probability before the samplers (softmax of the logits)
-    p_final: float  # probability after penalties, top-k, top-p, min-p and temperature
-    kept_top_k: bool = True
-    kept_top_p: bool = True
-    kept_min_p: bool = True
-    kept_grammar: bool = True  # False: the request's grammar does not allow this token here
+    p: float  # probability before the samplers (softmax of the logits); nan: not reported
+    p_final: float  # probability after the samplers (the penalties, the filters, temperature)
+    cut_by: str = ""
+    """The step that cut it: "grammar" or a sampler's SamplerSettings field name (a row of
+    chatapp.sampling's table); "" when it came through every step."""
 
     @property
     def kept(self) -> bool:
-        return self.kept_top_k and self.kept_top_p and self.kept_min_p and self.kept_grammar
+        return not self.cut_by
+
+    @property
+    def kept_grammar(self) -> bool:
+        """False: the request's grammar does not allow this token here."""
+        return self.cut_by != GRAMMAR
 
     @property
     def text(self) -> str:
@@ -66,7 +75,7 @@ class FactsLater(Protocol):
     def settle(self) -> StepFacts: ...
 
 
-class Candidates(Sequence[Candidate]):
+class Candidates(Seq[Candidate]):
     """The candidate rows of one step, derived from its StepFacts on first use (the latest
     token when the panel paints, a past one when it is selected, `ask --json` at the end) and
     kept. Its length and truth need no rows; it pickles as its facts (settling FactsLater)."""
@@ -124,152 +133,162 @@ class Candidates(Sequence[Candidate]):
 def rows_from_facts(facts: StepFacts) -> tuple[Candidate, ...]:
     """The rows of one step (top-k or greedy bounds what the samplers keep: the token loop
     keeps facts only then)."""
-    ids = array("i")
-    ids.frombytes(facts.ids)
-    raw = array("f")
-    raw.frombytes(facts.logits)
-    pieces = facts.pieces
     return candidate_rows(
-        ids.tolist(),
-        raw.tolist(),
+        np.frombuffer(facts.ids, dtype=np.int32),
+        np.frombuffer(facts.logits, dtype=np.float32),
         facts.log_z,
         facts.settings,
         facts.penalized,
         facts.top_n,
-        pieces.__getitem__,
+        facts.pieces.__getitem__,
     )
 
 
-def penalized(raw: list[float], ids: list[int], recent: Container[int], rp: float) -> list[float]:
-    """Logits after llama.cpp's repetition penalty: positive ones divided, negative multiplied."""
-    if rp == 1.0 or not recent:
-        return raw
-    return [
-        (v / rp if v > 0 else v * rp) if t in recent else v for t, v in zip(ids, raw, strict=True)
-    ]
+def penalized(raw: np.ndarray, hit: np.ndarray | None, rp: float) -> np.ndarray:
+    """Logits after llama.cpp's repetition penalty (float64): those where `hit` (the recent
+    tokens) divided by rp when positive, multiplied when not."""
+    pen = raw.astype(np.float64)
+    if rp != 1.0 and hit is not None and hit.any():
+        pen[hit] = np.where(pen[hit] > 0, pen[hit] / rp, pen[hit] * rp)
+    return pen
 
 
-TailMass = Callable[[list[float], float, float], float]
-"""(probabilities of the ranked tokens after top-k, their normalizer, the best logit) -> the
-temperature-scaled mass of the unranked tokens top-p and min-p keep (top-k off)."""
+def _recent(ids: np.ndarray, recent: Container[int]) -> np.ndarray | None:
+    """Which of a few ranked tokens are in the penalty window."""
+    if not recent:
+        return None
+    return np.fromiter((t in recent for t in ids.tolist()), dtype=bool, count=ids.shape[0])
+
+
+class Column:
+    """The candidates that reach one step of the chain, best first: what a kept rule reads
+    (chatapp.sampling.Kept). Their probabilities count `rest`, the mass exp(logit - best) of
+    candidates ranked below them that are not listed (the whole vocabulary's tail)."""
+
+    def __init__(self, logit: np.ndarray, rest: float = 0.0) -> None:
+        self.logit = logit  # after the penalties, descending
+        self.rest = rest
+        self._p: np.ndarray | None = None
+
+    @property
+    def rank(self) -> np.ndarray:
+        n = self.logit.shape[0]
+        return _RANKS[:n] if n <= _RANKS.shape[0] else np.arange(n)
+
+    @property
+    def p(self) -> np.ndarray:
+        if self._p is None:
+            e = np.exp(self.logit - self.logit[0])
+            self._p = e / (e.sum() + self.rest)
+        return self._p
+
+    @property
+    def log_p(self) -> np.ndarray:
+        return np.log(self.p)
+
+    @property
+    def mass_before(self) -> np.ndarray:
+        p = self.p
+        return np.cumsum(p) - p
+
+
+_RANKS = np.arange(4096)
+
+
+def chain_cuts(
+    pen: np.ndarray, s: SamplerSettings, rest: float = 0.0
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """What llama.cpp's chain does with candidates whose logits after the penalties are `pen`
+    (float64, best first), and `rest` (see Column) below them: per candidate, which step cut
+    it (0: none, j: sampling.CUTS[j - 1]), its probability after the samplers, and the step
+    that cut the rest (0 when there is none; -1: some of it comes through, list more).
+
+    Each step the settings put in the chain applies its kept rule to what the steps before
+    it kept; the last draws from softmax(logit / temperature) over what is left. The rest is
+    cut by the first step that cuts the last listed candidate (the rules keep a best part)."""
+    n = pen.shape[0]
+    cut = np.zeros(n, dtype=np.int8)
+    alive = np.arange(n)
+    rest_cut = -1 if rest > 0.0 else 0
+    for j, kept, value in _active(s):
+        if alive.shape[0]:
+            keep = np.asarray(kept(Column(pen[alive], rest if rest_cut < 0 else 0.0), value))
+            if rest_cut < 0 and alive[-1] == n - 1 and not keep[-1]:
+                rest_cut = j
+            cut[alive[~keep]] = j
+            alive = alive[keep]
+    final = np.zeros(n)
+    if alive.shape[0]:
+        t = s.temperature if s.temperature > 0.0 else 1.0  # (greedy: one is left)
+        scaled = np.exp((pen[alive] - pen[alive[0]]) / t)
+        final[alive] = scaled / scaled.sum()
+    return cut, final, rest_cut
+
+
+@lru_cache(maxsize=64)
+def _active(s: SamplerSettings) -> tuple[tuple[int, Kept, float], ...]:
+    """The steps these settings put in the chain that can cut: (number, kept rule, value)."""
+    return tuple(
+        (j, row.kept, getattr(s, row.name))
+        for j, row in enumerate(CUTS, 1)
+        if row.kept is not None and row.steps(s)
+    )
+
+
+CUT_NAMES = ("", *(row.name for row in CUTS))
+"""Candidate.cut_by for each of chain_cuts' numbers."""
 
 
 def candidate_rows(
-    ids0: list[int],
-    raw0: list[float],
+    ids0: np.ndarray,
+    raw0: np.ndarray,
     log_z: float,
     settings: SamplerSettings,
     recent: Container[int],
     top_n: int,
     piece_at: Callable[[int], bytes],
-    allowed: list[bool] | None = None,
-    log_z_allowed: float | None = None,
-    tail_mass: TailMass | None = None,
+    allowed: np.ndarray | None = None,
+    vocab_cuts: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> tuple[Candidate, ...]:
-    """Rank candidates as the native chain does: (grammar,) penalties, top-k, top-p, min-p,
-    temperature, over the ranked tokens `ids0` with raw logits `raw0`; `piece_at(i)` is the
+    """The top `top_n` candidates of a step, ranked as the native chain ranks them (after the
+    penalties), each with its raw probability, the steps that cut it and its probability
+    after the samplers; `ids0` are ranked tokens with raw logits `raw0`, `piece_at(i)` the
     piece of ids0[i].
 
-    Returns the top `top_n` candidates. Probabilities after the samplers are exact when the
-    kept set lies within the ranked best (top-k bounds it); otherwise `tail_mass` counts the
-    rest. Plain Python floats (float64) over the ~100 ranked values.
-
     With a grammar, `allowed` says which of `ids0` it allows; the samplers see those only, the
-    list shows the best raw candidates, each cut by the grammar marked. `log_z_allowed` (the
-    normalizer of the allowed tokens) stands in for the whole vocabulary's.
+    list shows the best raw candidates, each the grammar cut marked, and the grammar's best.
+    Where top-k (or greedy) bounds what the chain keeps, the ranked tokens suffice; otherwise
+    `vocab_cuts(ids0)` gives what _ranked_cuts gives, from chain_cuts over the whole
+    vocabulary (engine/local/candidates.py).
     """
-    m = len(ids0)
-    pen0 = penalized(raw0, ids0, recent, settings.repeat_penalty)
-    order = sorted(range(m), key=pen0.__getitem__, reverse=True)  # stable for ties
-    k = settings.top_k
-    if allowed is None:
-        bounded = 0 < k <= m
-        if bounded:  # nothing below the k-th (or the top_n-th shown) changes what is reported
-            order = order[: max(k, top_n)]
-        live, shown = order, order[: min(top_n, m)]
-        z_all: float | None = log_z
+    rp = settings.repeat_penalty
+    pen0 = penalized(raw0, _recent(ids0, recent) if rp != 1.0 else None, rp)
+    order = np.argsort(-pen0, kind="stable")
+    live = order if allowed is None else order[allowed[order]]
+    shown = order[:top_n].tolist()
+    if allowed is not None and live.shape[0] and shown and int(live[0]) not in shown:
+        shown[-1] = int(live[0])  # the grammar's best stays in sight
+    k = 1 if settings.greedy else settings.top_k
+    if vocab_cuts is None or 0 < k <= live.shape[0]:
+        cut_of, final_of = _ranked_cuts(pen0, live, settings)
     else:
-        bounded = 0 < k
-        live = [i for i in order if allowed[i]]
-        if bounded:
-            live = live[: max(k, top_n)]
-        shown = order[:top_n]
-        if live and top_n and live[0] not in shown:  # the grammar's best stays in sight
-            shown[-1] = live[0]
-        z_all = log_z_allowed
-    n = min(top_n, len(live))
-    kept = _survivors(live, raw0, pen0, settings, bounded, z_all, n, tail_mass)
-    out = []
-    flags = (True, True, True)
-    for i in shown:
-        here = kept.get(i)
-        if here is not None:
-            flags = here[:3]
-        out.append(
-            Candidate(
-                ids0[i],
-                piece_at(i),
-                exp(raw0[i] - log_z),
-                here[3] if here is not None else 0.0,
-                *flags,
-                kept_grammar=allowed is None or bool(allowed[i]),
-            )
-        )
-    return tuple(out)
+        cut_of, final_of = vocab_cuts(ids0)
+    at = np.array(shown, dtype=np.int64)
+    p = np.exp(raw0[at].astype(np.float64) - log_z).tolist()
+    rows = zip(shown, ids0[at].tolist(), p, final_of[at].tolist(), cut_of[at].tolist(), strict=True)
+    return tuple(Candidate(t, piece_at(i), q, f, CODES[c]) for i, t, q, f, c in rows)
 
 
-def _survivors(
-    live: list[int],
-    raw0: list[float],
-    pen0: list[float],
-    settings: SamplerSettings,
-    bounded: bool,
-    log_z: float | None,
-    n: int,
-    tail_mass: TailMass | None,
-) -> dict[int, tuple[bool, bool, bool, float]]:
-    """For the first n of `live` (positions into the ranked lists, best first: the tokens the
-    samplers see): (kept by top-k, top-p, min-p; final probability)."""
-    if not live:
-        return {}
-    raw = [raw0[i] for i in live]
-    pen = [pen0[i] for i in live]
-    m = len(live)
-    k = settings.top_k
-    best = pen[0]
+CODES = (*CUT_NAMES, GRAMMAR)
+"""Candidate.cut_by by code: chain_cuts' numbers, and -1 for the grammar."""
 
-    # Probabilities among the top-k survivors (the whole vocabulary when top-k is off or wide).
-    p_pen = [exp(v - best) for v in pen]
-    if bounded:
-        z_pen = fsum(p_pen[:k])
-    elif log_z is None:  # (a grammar's allowed tokens beyond the ranked ones: unknown, none)
-        z_pen = fsum(p_pen)
-    else:
-        z_pen = exp(log_z - best) - fsum(exp(v - best) for v in raw) + fsum(p_pen)
-    q = [x / z_pen for x in p_pen]
 
-    n_k = k if 0 < k < m else m  # how many survive top-k
-    n_p = m  # top-p keeps up to the first token where the mass of the top-k survivors reaches p
-    if settings.top_p < 1.0:
-        mass = 0.0
-        for i in range(n_k):
-            mass += q[i]
-            if mass >= settings.top_p:
-                n_p = i + 1
-                break
-    n_min = m  # min-p keeps a prefix too: q descends
-    if settings.min_p > 0:
-        floor = settings.min_p * q[0]
-        n_min = next((i for i, x in enumerate(q) if x < floor), m)
-    n_kept = min(n_k, n_p, n_min)
-
-    if settings.greedy:
-        final = [1.0] + [0.0] * (n - 1)
-    else:
-        t = settings.temperature
-        scaled = [exp((v - best) / t) for v in pen[:n_kept]]
-        z_final = fsum(scaled)
-        if n_kept == m and not bounded and log_z is not None and tail_mass is not None:
-            z_final += tail_mass(q, z_pen, best)
-        final = [x / z_final for x in scaled[:n]] + [0.0] * max(0, n - n_kept)
-    return {live[i]: (i < n_k, i < n_p, i < n_min, final[i]) for i in range(n)}
+def _ranked_cuts(pen0: np.ndarray, live: np.ndarray, settings: SamplerSettings):
+    """chain_cuts over the ranked tokens the chain sees (`live`, best first): per ranked
+    token, its cut's code (CODES) and its probability after the samplers."""
+    cut, final, _ = chain_cuts(pen0[live], settings)
+    cut_of = np.full(pen0.shape[0], -1, dtype=np.int8)
+    cut_of[live] = cut
+    final_of = np.zeros(pen0.shape[0])
+    final_of[live] = final
+    return cut_of, final_of

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping, Sized
-from math import log
+from collections.abc import Callable, Collection, Container, Mapping, Sized
+from math import exp, log
 from typing import Protocol
 
 import numpy as np
 
-from chatapp.engine.candidate_rows import Candidate, Candidates, StepFacts, candidate_rows
+from chatapp.engine.candidate_rows import (
+    Candidate,
+    Candidates,
+    StepFacts,
+    candidate_rows,
+    chain_cuts,
+)
 from chatapp.sampling import SamplerSettings
 
 # How many candidates are ranked per step (more than are shown, so cuts are exact in practice).
@@ -127,44 +133,85 @@ def rank(logits: np.ndarray, m: int, normalize: bool = True) -> tuple[np.ndarray
 def top_candidates(
     logits: np.ndarray,
     settings: SamplerSettings,
-    recent: Container[int],
+    recent: Collection[int],
     top_n: int,
     piece: Callable[[int], bytes],
     idx: np.ndarray | None = None,
     log_z: float | None = None,
     allowed: np.ndarray | None = None,
-    log_z_allowed: float | None = None,
-    tail: np.ndarray | None = None,
+    vocab: np.ndarray | None = None,
 ) -> tuple[Candidate, ...]:
     """The candidate rows of one step, made now (candidate_rows.candidate_rows over the ranked
     tokens): for the steps whose facts alone cannot make them later, top-k off (the kept set
-    reaches past the ranked tokens: the rest is counted with its raw logits) or a grammar.
-
-    With a grammar, `allowed` says which of `idx` it allows (the caller ranks enough allowed
-    tokens for top-k: engine/local/grammar.py); `log_z_allowed` (the normalizer of the
-    allowed tokens) and `tail` (the logits the grammar left, -inf elsewhere) stand in for the
-    whole vocabulary's when top-k does not bound the kept set.
+    reaches past the ranked tokens: `vocab` is then the row the chain sees, `logits` or a
+    grammar's masked copy) or a grammar (`allowed` says which of `idx` it allows; the caller
+    ranks enough allowed tokens for top-k: engine/local/grammar.py).
     """
     if idx is None or log_z is None:
         idx, log_z = rank(logits, ranked_size(settings, top_n, logits.shape[0]))
-    ids0 = idx.tolist()
-    rest = tail if tail is not None else logits
-
-    def tail_mass(q: list[float], z_pen: float, best: float) -> float:
-        return _kept_tail_mass(rest, idx, np.array(q), z_pen, best, settings)
-
+    whole = None
+    if vocab is not None:
+        row_log_z = None if allowed is not None else log_z  # (a grammar's mask changes it)
+        whole = lambda ids: vocab_cuts(vocab, ids, recent, settings, row_log_z)  # noqa: E731
     return candidate_rows(
-        ids0,
-        logits[idx].tolist(),
+        idx,
+        logits[idx],
         log_z,
         settings,
         recent,
         top_n,
-        lambda i: piece(ids0[i]),
-        allowed=None if allowed is None else allowed.tolist(),
-        log_z_allowed=log_z_allowed,
-        tail_mass=tail_mass,
+        lambda i: piece(int(idx[i])),
+        allowed=allowed,
+        vocab_cuts=whole,
     )
+
+
+_PENALIZED: dict[int, np.ndarray] = {}
+
+
+def vocab_cuts(
+    vocab: np.ndarray, ids0: np.ndarray, recent, settings: SamplerSettings, log_z: float | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """candidate_rows' cuts and after-samplers probabilities of the tokens `ids0` where the
+    chain sees the whole vocabulary (`vocab`: -inf where a grammar cuts; `log_z` its
+    log-normalizer, None when a grammar masks it): chain_cuts over the best few hundred after
+    the penalties, sorted, more while the rest below them comes through (a sort of the whole
+    vocabulary costs ms)."""
+    rp = settings.repeat_penalty
+    window = np.fromiter(recent, dtype=np.int64) if rp != 1.0 and recent else None
+    pen = vocab
+    if window is not None and window.shape[0]:
+        pen = _PENALIZED.get(vocab.shape[0])  # (one buffer: rank's row cache keeps its grid)
+        if pen is None:
+            pen = _PENALIZED[vocab.shape[0]] = np.empty_like(vocab)
+        np.copyto(pen, vocab)
+        seen = pen[window]
+        pen[window] = np.where(seen > 0, seen / rp, seen * rp)
+    n = pen.shape[0]
+    top = float(pen.max())
+    if log_z is None:
+        total = float(np.exp(pen - np.float32(top), dtype=np.float64).sum())
+    else:  # the row's normalizer, the window's tokens moved to their lowered logits
+        total = exp(log_z - top)
+        if pen is not vocab:
+            was, now = vocab[window].astype(np.float64), pen[window].astype(np.float64)
+            total += float(np.exp(now - top).sum() - np.exp(was - top).sum())
+    m = max(256, ids0.shape[0])
+    while True:
+        m = min(m, n)
+        head = rank(pen, m, normalize=False)[0] if m < n else np.arange(n)
+        head = head[np.argsort(-pen[head], kind="stable")]
+        logits = pen[head].astype(np.float64)
+        rest = max(1e-300, total - float(np.exp(logits - top).sum())) if m < n else 0.0
+        cut, final, rest_cut = chain_cuts(logits, settings, rest)
+        if rest_cut >= 0 or m == n:
+            break
+        m *= 4
+    place = {t: j for j, t in enumerate(head.tolist())}
+    at = np.array([place.get(t, len(place)) for t in ids0.tolist()])  # (past them: the rest)
+    cut_of = np.append(cut, np.int8(rest_cut))[at]
+    cut_of[~np.isfinite(vocab[ids0])] = -1
+    return cut_of, np.append(final, 0.0)[at]
 
 
 def step_facts(
@@ -219,33 +266,6 @@ class StepCapture:
             lowered,
             tuple(map(self.piece, shown)),
         )
-
-
-def _kept_tail_mass(
-    logits: np.ndarray,
-    idx: np.ndarray,
-    q: np.ndarray,
-    z_pen: float,
-    best: float,
-    settings: SamplerSettings,
-) -> float:
-    """Temperature-scaled mass of the unranked tokens that top-p and min-p keep (top-k off).
-
-    Rare and display-only (the native chain samples on this path); the tail is counted with
-    its raw logits, so penalties on tokens outside the ranked set are not modelled.
-    """
-    outside = np.ones(logits.shape[0], dtype=bool)
-    outside[idx] = False
-    tail = logits[outside].astype(np.float64)
-    if settings.min_p > 0:
-        tail = tail[tail >= np.log(settings.min_p) + best]
-    tail = np.sort(tail)[::-1]
-    if settings.top_p < 1.0 and tail.size:
-        # top-p keeps tokens until the mass reaches p, the one that reaches it included
-        cum = q.sum() + np.cumsum(np.exp(tail - best) / z_pen)
-        reached = int(np.searchsorted(cum, settings.top_p))
-        tail = tail[: reached + 1]
-    return float(np.exp((tail - best) / settings.temperature).sum())
 
 
 def token_logprob(logits: np.ndarray, token: int, log_z: float) -> float:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from chatapp.engine.local.candidates import log_normalizer, rank, token_logprob, top_candidates
+from chatapp.engine.local.candidates import rank, token_logprob, top_candidates
 from chatapp.engine.protocol import GenerateRequest, Grammar
 
 if TYPE_CHECKING:
@@ -223,8 +223,6 @@ def grammar_candidates(w, logits, idx, ok, log_z, masked, s, recent, m, top_n):
     extra = np.setdiff1d(best_allowed[finite[best_allowed]], idx, assume_unique=True)
     both = np.concatenate([idx, extra])
     allowed = np.concatenate([ok, np.ones(extra.shape[0], dtype=bool)])
-    log_z_allowed = log_normalizer(masked, float(masked[finite].max()))
     return top_candidates(
-        logits, s, recent, top_n, w.piece, idx=both, log_z=log_z,
-        allowed=allowed, log_z_allowed=log_z_allowed, tail=masked,
-    )  # fmt: skip
+        logits, s, recent, top_n, w.piece, idx=both, log_z=log_z, allowed=allowed, vocab=masked
+    )

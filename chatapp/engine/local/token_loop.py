@@ -45,7 +45,7 @@ from chatapp.engine.protocol import (
     fills_the_cpu,
 )
 from chatapp.metrics import stats_from_times
-from chatapp.sampling import SamplerSettings
+from chatapp.sampling import VOCAB, SamplerSettings, native_chain
 
 if TYPE_CHECKING:
     from chatapp.engine.local.loaded_model import LoadedModel
@@ -74,7 +74,8 @@ def message_waiting(conn: Connection):
 
 
 def build_chain(w: LoadedModel, s: SamplerSettings, history: list[int], ban_eog: bool):
-    """The native sampler chain for these settings, with the penalties' history accepted."""
+    """The native sampler chain for these settings (the sampler table's steps, after the EOG
+    ban when asked), with the penalties' history accepted."""
     lib = w.lib
     params = lib.llama_sampler_chain_default_params()
     params.no_perf = True
@@ -88,24 +89,9 @@ def build_chain(w: LoadedModel, s: SamplerSettings, history: list[int], ban_eog:
         lib.llama_sampler_chain_add(
             chain, lib.llama_sampler_init_logit_bias(w.n_vocab, len(eog), biases)
         )
-    if s.repeat_penalty != 1.0 and s.repeat_last_n > 0:
-        lib.llama_sampler_chain_add(
-            chain,
-            lib.llama_sampler_init_penalties(
-                w.n_vocab, s.repeat_last_n, s.repeat_penalty, 0.0, 0.0
-            ),
-        )
-    if s.greedy:
-        lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_greedy())
-    else:
-        if s.top_k > 0:
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_k(s.top_k))
-        if s.top_p < 1.0:
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_p(s.top_p, 1))
-        if s.min_p > 0.0:
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_min_p(s.min_p, 1))
-        lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_temp(s.temperature))
-        lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_dist(s.seed))
+    for step in native_chain(s):
+        args = (w.n_vocab if a is VOCAB else a for a in step.args)
+        lib.llama_sampler_chain_add(chain, getattr(lib, step.init)(*args))
     for tok in history[-max(s.repeat_last_n, 1) :]:
         lib.llama_sampler_accept(chain, tok)  # penalties keep their history
     return chain
@@ -132,6 +118,9 @@ class RecentTokens:
 
     def __contains__(self, tok: object) -> bool:
         return tok in self.counts
+
+    def __iter__(self):
+        return iter(self.counts)
 
     def __len__(self) -> int:
         return len(self.window)
@@ -215,7 +204,9 @@ def sample_row(
         tok = subset.sample(chain, logits, idx, raw)
     else:  # top-k off: the rows count the unranked tokens the samplers keep, now
         if top_n > 0:
-            cands = top_candidates(logits, s, recent, top_n, w.piece, idx=idx, log_z=log_z)
+            cands = top_candidates(
+                logits, s, recent, top_n, w.piece, idx=idx, log_z=log_z, vocab=logits
+            )
         tok = w.lib.llama_sampler_sample(chain, w.ctx, row)
     logprob = token_logprob(logits, tok, log_z) if top_n > 0 else None
     return tok, cands, logprob

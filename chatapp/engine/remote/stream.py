@@ -20,7 +20,7 @@ from chatapp.engine.protocol import (
 from chatapp.engine.remote.sse import iter_sse
 from chatapp.engine.remote.tokens import pieces_from_choice
 from chatapp.metrics import stats_from_times
-from chatapp.sampling import SamplerSettings
+from chatapp.sampling import SAMPLERS, SamplerSettings
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit, and vLLM's default max_logprobs
 MALFORMED = "the server sent a malformed stream event after {n}"
@@ -38,25 +38,12 @@ def body_for(
     Stop strings are not sent: they are found client-side, so a reply that ends on one is
     told apart from one that ends on the model's end token (servers say "stop" for both).
     """
-    s = settings
     body: dict = {
         "model": model,
         "stream": True,
         "stream_options": {"include_usage": True},
-        "temperature": s.temperature,
-        "top_p": s.top_p,
-        "max_tokens": s.max_tokens,
-        "seed": s.seed,
-        # Not in OpenAI's API; llama-server, the llama-cpp-python server and vLLM take them.
-        "top_k": -1 if kind == "vllm" and s.top_k == 0 else s.top_k,
-        "min_p": s.min_p,
+        **sampler_fields(settings, kind),
     }
-    if kind == "vllm":
-        body["repetition_penalty"] = s.repeat_penalty
-    else:
-        body["repeat_penalty"] = s.repeat_penalty
-    if kind == "llama-server":
-        body["repeat_last_n"] = s.repeat_last_n
     if request.ignore_eos:
         body["ignore_eos"] = True
     if request.grammar is not None:  # llama-server and the llama-cpp-python server take GBNF
@@ -71,6 +58,26 @@ def body_for(
         body["prompt"] = request.raw_prompt
         if logprobs and n > 0:
             body["logprobs"] = n
+    if logprobs and n > 0 and kind == "llama-server":
+        body["post_sampling_probs"] = True  # what its samplers kept, with their probabilities
+    return body
+
+
+VLLM_NAMES = {"repeat_penalty": "repetition_penalty"}
+
+
+def sampler_fields(s: SamplerSettings, kind: str) -> dict:
+    """The sampler settings in a request body, by the sampler table's server names (top-k,
+    min-p and the repeat penalty are not in OpenAI's API; llama-server, the llama-cpp-python
+    server and vLLM take them; vLLM has its own names and -1 for no top-k)."""
+    body = {}
+    for row in SAMPLERS:
+        if row.server is None or (row.server_kinds and kind not in row.server_kinds):
+            continue
+        key = VLLM_NAMES.get(row.server, row.server) if kind == "vllm" else row.server
+        body[key] = getattr(s, row.name)
+    if kind == "vllm" and s.top_k == 0:
+        body["top_k"] = -1
     return body
 
 

@@ -41,11 +41,23 @@ def _float(value) -> float | None:
 def candidates_from(top: list | dict | None, top_n: int) -> tuple[Candidate, ...]:
     """Candidates from OpenAI's top_logprobs list (or the legacy {token: logprob} dict).
 
-    Servers do not say what their samplers kept, so p_final is the same as p. Entries with
-    no probability (log p = -inf) are left out, and the list is sorted, deduplicated, capped.
+    These servers do not say what their samplers kept, so p_final is the same as p. Entries
+    with no probability (log p = -inf) are left out, and the list is sorted, deduplicated,
+    capped.
     """
     if isinstance(top, dict):
         top = [{"token": k, "logprob": v} for k, v in top.items()]
+    return _candidates(top, top_n, "logprob")
+
+
+def candidates_after(top: list | None, top_n: int) -> tuple[Candidate, ...]:
+    """Candidates from llama-server's top_probs (asked with post_sampling_probs): the tokens
+    its samplers kept, with their probabilities after them (p_final); the probability before
+    them is not reported (p is nan)."""
+    return _candidates(top, top_n, "prob")
+
+
+def _candidates(top: list | None, top_n: int, key: str) -> tuple[Candidate, ...]:
     if not isinstance(top, list) or top_n <= 0:
         return ()
     seen: set = set()
@@ -54,16 +66,20 @@ def candidates_from(top: list | dict | None, top_n: int) -> tuple[Candidate, ...
         if not isinstance(entry, dict):
             continue
         token = entry.get("token")
-        logprob = _float(entry.get("logprob"))
-        if not isinstance(token, str) or logprob is None:
+        value = _float(entry.get(key))
+        if not isinstance(token, str) or value is None:
             continue
-        p = min(1.0, math.exp(logprob)) if logprob > -745 else 0.0
-        key = (_id_of(entry), token) if _id_of(entry) >= 0 else token
-        if p <= 0.0 or key in seen:
+        if key == "logprob":
+            p = min(1.0, math.exp(value)) if value > -745 else 0.0
+        else:
+            p = min(1.0, max(0.0, value))
+        key_id = (_id_of(entry), token) if _id_of(entry) >= 0 else token
+        if p <= 0.0 or key_id in seen:
             continue
-        seen.add(key)
-        out.append(Candidate(id=_id_of(entry), piece=_bytes_of(entry, token), p=p, p_final=p))
-    out.sort(key=lambda c: -c.p)
+        seen.add(key_id)
+        raw = p if key == "logprob" else math.nan
+        out.append(Candidate(id=_id_of(entry), piece=_bytes_of(entry, token), p=raw, p_final=p))
+    out.sort(key=lambda c: -c.p_final)
     return tuple(out[:top_n])
 
 
@@ -108,7 +124,11 @@ def pieces_from_choice(choice: dict, top_n: int) -> list[StreamPiece]:
             piece=_bytes_of(entry, entry["token"]),
             id=_id_of(entry),
             logprob=_float(entry.get("logprob")),
-            candidates=candidates_from(entry.get("top_logprobs"), top_n),
+            candidates=(
+                candidates_after(entry["top_probs"], top_n)
+                if "top_probs" in entry
+                else candidates_from(entry.get("top_logprobs"), top_n)
+            ),
         )
         for text, entry in zip(texts, entries, strict=True)
     ]

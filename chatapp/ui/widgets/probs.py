@@ -12,7 +12,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from chatapp.engine.protocol import Candidate
-from chatapp.sampling import SamplerSettings
+from chatapp.sampling import BY_NAME, SamplerSettings
 from chatapp.textsafe import token_display
 
 BAR = 16
@@ -134,21 +134,17 @@ class ProbPanel(Widget, can_focus=True):
         out.append(f"{'raw':<{bar_w + 7}}", style=style["raw"])
         out.append("after samplers\n", style=style["final"])
         self._lines.append(None)
-        prev = None
+        drawn = set()
         for row, c in enumerate(self.candidates):
-            if prev is not None:
-                for label, was, now in (
-                    (f"top-k {s.top_k}", prev.kept_top_k, c.kept_top_k),
-                    (f"top-p {s.top_p:g}", prev.kept_top_p, c.kept_top_p),
-                    (f"min-p {s.min_p:g}", prev.kept_min_p, c.kept_min_p),
-                ):
-                    if was and not now:
-                        out.append(
-                            f"  ── {label} cut " + "─" * max(0, width - 16 - len(label)) + "\n",
-                            style=style["cut"],
-                        )
-                        self._lines.append(None)
-            prev = c
+            step = BY_NAME.get(c.cut_by)
+            if step is not None and step.name not in drawn:  # above the first row it cut
+                drawn.add(step.name)
+                label = step.cut_text(s)
+                out.append(
+                    f"  ── {label} cut " + "─" * max(0, width - 16 - len(label)) + "\n",
+                    style=style["cut"],
+                )
+                self._lines.append(None)
             start = len(out)
             is_chosen = c.id == self.chosen
             kept = c.kept
@@ -158,8 +154,10 @@ class ProbPanel(Widget, can_focus=True):
             else:
                 out.append("▶ " if is_chosen else "  ", style=style["chosen"])
             out.append(f"{repr_piece(c.piece)[:piece_w]:<{piece_w}}", style=piece_style)
-            out.append(bar(c.p, bar_w), style=style["raw"] if kept else style["dropped"])
-            out.append(f" {c.p:5.3f} ")
+            known = c.p == c.p  # (nan: a server reported only what its samplers kept)
+            raw_style = style["raw"] if kept else style["dropped"]
+            out.append(bar(c.p if known else 0.0, bar_w), style=raw_style)
+            out.append(f" {c.p:5.3f} " if known else "   -   ")
             out.append(bar(c.p_final, bar_w), style=style["final"])
             out.append(f" {c.p_final:5.3f}")
             if row == self.cursor and self.has_focus:

@@ -15,21 +15,10 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Button, Static
 
-from chatapp.sampling import BOUNDS, INT_FIELDS, PRESETS, SamplerSettings
+from chatapp.sampling import BY_NAME, PRESETS, SLIDERS, SamplerSettings
 from chatapp.ui.literal import literal
 
-LABELS = {
-    "temperature": "temp",
-    "top_p": "top-p",
-    "top_k": "top-k",
-    "min_p": "min-p",
-    "repeat_penalty": "repeat",
-    "max_tokens": "max tok",
-    "seed": "seed",
-}
-SLIDER_FIELDS = tuple(LABELS)
-# Max tokens and seed span huge ranges: their sliders move over a practical window.
-SLIDER_HIGH = {"max_tokens": 4096, "seed": 1000}
+SLIDER_FIELDS = tuple(row.name for row in SLIDERS)
 
 
 class Slider(Widget, can_focus=True):
@@ -69,16 +58,16 @@ class Slider(Widget, can_focus=True):
     def __init__(self, field: str, value: float, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.field = field
-        bound = BOUNDS[field]
-        self.low = bound.low
-        self.high = SLIDER_HIGH.get(field, bound.high)
-        self.step = bound.step
-        self.tooltip = f"{field}: {bound.help}"
+        self.sampler = sampler = BY_NAME[field]
+        self.low = sampler.bound.low
+        self.high = sampler.slider_high or sampler.bound.high
+        self.step = sampler.bound.step
+        self.tooltip = f"{field}: {sampler.bound.help}"
         self.set_reactive(Slider.value, value)
 
     def render(self) -> Text:
-        label = f"{LABELS[self.field]:<8}"
-        shown = f"{int(self.value)}" if self.field in INT_FIELDS else f"{self.value:.2f}"
+        label = f"{self.sampler.label:<8}"
+        shown = f"{int(self.value)}" if self.sampler.whole else f"{self.value:.2f}"
         width = max(4, self.size.width - len(label) - 8)
         frac = (min(self.value, self.high) - self.low) / (self.high - self.low or 1)
         knob = round(frac * (width - 1))
@@ -90,11 +79,11 @@ class Slider(Widget, can_focus=True):
         return text
 
     def set_value(self, value: float) -> None:
-        bound = BOUNDS[self.field]
+        bound = self.sampler.bound
         value = max(bound.low, min(bound.high, value))
         steps = round((value - self.low) / self.step)
         value = self.low + steps * self.step
-        value = int(round(value)) if self.field in INT_FIELDS else round(value, 4)
+        value = int(round(value)) if self.sampler.whole else round(value, 4)
         if value != self.value:
             self.value = value
             self.post_message(self.Changed(self, self.field, value))
