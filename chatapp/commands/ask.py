@@ -26,6 +26,8 @@ from chatapp.engine.protocol import (
     Notice,
     Token,
 )
+from chatapp.engine.steer_library import steering_for
+from chatapp.engine.steering import Steering
 from chatapp.errors import UsageError
 from chatapp.sampling import SamplerSettings
 from chatapp.stats_text import (
@@ -78,7 +80,13 @@ def run_ask(
     draft: str = "",
     grammar: Grammar | None = None,
     files: list[str] | tuple[str, ...] = (),
+    steer: tuple[list[tuple[str, float]], tuple[int, int]] | None = None,
+    raw: bool = False,
 ) -> int:
+    """One reply to stdout (`--json`: one object). `steer`: the vectors and layer range of
+    --steer / --steer-layers; `raw`: the prompt as is, without the chat template."""
+    if raw and system:
+        raise UsageError("--raw sends the prompt as is: it takes no --system")
     attached = [read_attachment(path) for path in files]  # (a bad file: before the model loads)
     engine = started_engine(options, server, **(remote or {}))
     session = ChatSession(settings=settings, system_prompt=system or "", top_n=top_n)
@@ -92,10 +100,13 @@ def run_ask(
     failed: Failed | None = None
     out = sys.stdout
     try:
+        if steer is not None:
+            session.steering = started_steering(engine, options.model_path, steer)
         if attached:
             attached = counted(engine, attached)
             check_fits(engine, compose(prompt, attached), settings)
-        for event in session.send(prompt, attached):
+        events = session.send(prompt, attached, raw=raw)
+        for event in events:
             if isinstance(event, Token):
                 tokens.append(event)
                 if not as_json:
@@ -139,6 +150,8 @@ def run_ask(
                 "n_params": info.n_params if info else None,
             },
             "settings": load_settings(info),
+            "raw": raw,
+            "steering": session.last_steering.to_dict() if session.last_steering else None,
             "speculation": {
                 "draft": st.draft,
                 "draft_model": info.draft_model if info else "",
@@ -166,6 +179,16 @@ def run_ask(
         out.flush()
         print(stats_line(finished), file=sys.stderr)
     return 0
+
+
+def started_steering(engine: Engine, model_path: str, steer) -> Steering:
+    """The Steering of --steer on the started engine's model (a built-in pair not made for it
+    yet is made now and kept); what had to be done goes to stderr."""
+    notes: list[str] = []
+    steering = steering_for(steer[0], model_path, steer[1], engine=engine, notes=notes)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    return steering
 
 
 def check_fits(engine: Engine, content: str, settings: SamplerSettings) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 
 from chatapp.engine.local import huge_pages, template
 from chatapp.engine.local.llama_open import fill_batch, open_llama
+from chatapp.engine.local.steering import ContextSteering
 from chatapp.engine.local.timebound import call_with_timeout
 from chatapp.engine.local.worker_log import (
     extra_buffers_from_log,
@@ -100,7 +101,9 @@ class LoadedModel:
             repack=options.repack is not False,
             huge_pages=huge_pages.in_use(),
             weights_in_memory=self.llama.model_params.load_mode == llama_cpp.LLAMA_LOAD_MODE_NONE,
+            n_embd=llama_cpp.llama_model_n_embd(self.model),
         )
+        self.steering = ContextSteering(self)  # the control vector on the context (none yet)
 
     def warm_up(self) -> int:
         """Run the backend once, as llama.cpp's own tools do, so a backend that crashes on this

@@ -36,6 +36,10 @@ def serve_side(worker: LoadedModel, side: Connection) -> None:
             side.send(getattr(worker, "autotune_status", None))
         elif msg[0] == "inspect":
             side.send(inspect(worker, inspector, msg[1]))
+        elif msg[0] in ("steer_residuals", "steer_meter"):
+            from chatapp.engine.local.steering import side_call
+
+            side.send(side_call(worker, inspector, msg))
 
 
 def inspect(worker: LoadedModel, made: list, request: InspectRequest):
