@@ -181,7 +181,7 @@ def steering_for(
                 notes.append(f"made the vector {name!r} from the built-in pair: {path}")
         if path is None:
             raise SteeringError(missing_sentence(name, model_path))
-        check_width(control_vector.read(path), name, str(path), card.n_embd, model)
         label = Path(name).stem if name.endswith(".gguf") else name
+        check_width(control_vector.read(path), label, str(path), card.n_embd, model)
         chosen.append(SteerVector(label, str(path), strength))
     return Steering(tuple(chosen), start, end)
