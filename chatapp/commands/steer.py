@@ -144,10 +144,11 @@ def run_meter(
 
 def meter_dict(name: str, path: str, found: Meter) -> dict:
     """The JSON of `chatapp steer meter --json`."""
-    per_layer = _nanmean(found.projections, axis=0)
+    per_layer = _nanmean(found.projections[1:] if found.sink else found.projections, axis=0)
     return {
         "vector": name,
         "path": path,
+        "first_is_sink": found.sink,
         "layers": list(range(1, found.projections.shape[1] + 1)),
         "mean": _num(found.mean()),
         "mean_per_layer": [_num(x) for x in per_layer],
@@ -165,12 +166,18 @@ def middle_layer(found: Meter) -> int:
 
 def meter_text(found: Meter, layer: int) -> str:
     """Per layer, the mean projection over the text; then each token's at `layer`."""
-    lines = ["mean projection per layer:"]
-    for i, value in enumerate(_nanmean(found.projections, axis=0), start=1):
+    rows = found.projections[1:] if found.sink else found.projections
+    lines = ["mean projection per layer" + (" (the first token left out):" if found.sink else ":")]
+    for i, value in enumerate(_nanmean(rows, axis=0), start=1):
         lines.append(f"  layer {i:>3}  {value:>10.3f}")
     lines.append(f"each token at layer {layer}:")
-    for tok, row in zip(found.tokens, found.projections, strict=True):
-        lines.append(f"  {row[layer - 1]:>10.3f}  {token_display(tok.piece)!r}")
+    for i, (tok, row) in enumerate(zip(found.tokens, found.projections, strict=True)):
+        sink = (
+            "  (the attention sink: its stream is huge whatever it says)"
+            if i == 0 and found.sink
+            else ""
+        )
+        lines.append(f"  {row[layer - 1]:>10.3f}  {token_display(tok.piece)!r}{sink}")
     return "\n".join(lines) + "\n"
 
 

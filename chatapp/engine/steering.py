@@ -102,14 +102,19 @@ STEERING_OFF = Steering()
 class Meter:
     """The concept meter of a text: its tokens, and each one's residual stream projected on the
     vector's unit direction, [tokens, layers] (column N-1: direction.N, measured on the stream
-    out of block N-1; NaN where the file has no direction)."""
+    out of block N-1; NaN where the file has no direction). `sink`: the first token is the
+    sequence's first position (the model adds no BOS), the attention sink, whose stream is huge
+    whatever the text says: left out of the means."""
 
     tokens: tuple[TokenPiece, ...]
     projections: np.ndarray
+    sink: bool = False
 
     def mean(self, layers: range | None = None) -> float:
-        """The mean projection over the tokens and `layers` (1-based; None: all measured)."""
-        cols = self.projections if layers is None else self.projections[:, [n - 1 for n in layers]]
+        """The mean projection over the tokens (the sink left out) and `layers` (from 1; None:
+        all measured)."""
+        rows = self.projections[1:] if self.sink else self.projections
+        cols = rows if layers is None else rows[:, [n - 1 for n in layers]]
         return float(np.nanmean(cols)) if cols.size else float("nan")
 
 

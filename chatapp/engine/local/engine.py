@@ -312,7 +312,7 @@ class LocalEngine:
         found = self._side_call(("steer_meter", text, units))
         if isinstance(found, str):
             raise SteeringError(found)
-        return Meter(tuple(found[0]), found[1])
+        return Meter(tuple(found[0]), found[1], found[2])
 
     def tokenize(self, text: str, special: bool = True) -> list[TokenPiece]:
         return self._side_call(("tokenize", text, special))

@@ -164,21 +164,24 @@ def text_tokens(w: LoadedModel, text: str) -> tuple[list[int], int]:
 
 
 def residuals(w: LoadedModel, inspector: Inspector, texts: list[str], at: str) -> np.ndarray:
-    """Each text's residual stream per layer, [texts, layers, n_embd]: the mean over its own
-    tokens ("mean") or at its last token ("last")."""
+    """Each text's residual stream per layer, [texts, layers, n_embd]: the mean over its tokens
+    ("mean") or at its last token ("last"). The first position of a sequence is left out: it
+    is the attention sink (the BOS, or the text's first token where the model adds none),
+    whose stream is huge and the same whatever the text means."""
     out = []
     for text in texts:
-        tokens, lead = text_tokens(w, text)
-        if len(tokens) <= lead:
-            raise SteeringError("an example text is empty")
-        rows = streams(inspector, tokens)[:, lead:]
+        tokens, _ = text_tokens(w, text)
+        if len(tokens) < 2:
+            raise SteeringError(f"the example {text[:40]!r} is too short: give a few words")
+        rows = streams(inspector, tokens)[:, 1:]
         out.append(rows.mean(axis=1) if at == "mean" else rows[:, -1])
     return np.stack(out)
 
 
 def meter(w: LoadedModel, inspector: Inspector, text: str, units: np.ndarray):
     """Each token of the text (the model's BOS left out) and its stream's projection on each
-    layer's unit direction: (pieces, [tokens, layers]); NaN where a layer has no direction."""
+    layer's unit direction: (pieces, [tokens, layers], whether the first of them is the
+    sequence's first position, the attention sink); NaN where a layer has no direction."""
     tokens, lead = text_tokens(w, text)
     if len(tokens) <= lead:
         raise SteeringError("there is no text to measure")
@@ -186,7 +189,7 @@ def meter(w: LoadedModel, inspector: Inspector, text: str, units: np.ndarray):
     n = min(rows.shape[0], units.shape[0])
     projections = np.einsum("ltd,ld->tl", rows[:n], np.nan_to_num(units[:n]))
     projections[:, np.isnan(units[:n]).any(axis=1)] = np.nan
-    return w.pieces(tokens[lead:]), projections
+    return w.pieces(tokens[lead:]), projections, lead == 0
 
 
 def side_call(w: LoadedModel, made: list, msg: tuple):
