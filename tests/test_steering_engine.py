@@ -88,7 +88,14 @@ def test_moving_the_slider_mid_reply_changes_the_reply_from_the_next_token(engin
     before = plain[first]
     assert changed.id != before.id or abs(changed.logprob - before.logprob) > 1e-3
     assert _ids(tokens[first : first + 20]) != _ids(plain[first : first + 20])
-    assert _ids(_reply(engine, settings=settings)) == _ids(plain)  # the mixed cache is gone
+    # Going on from that reply without steering: the cells computed with the vector are not
+    # reused (the same as when the cache held something else).
+    go_on = GenerateRequest(
+        (), GREEDY, raw_prompt=PROMPT, reply_prefix_ids=tuple(_ids(tokens[: first + 12]))
+    )
+    after = [e.id for e in engine.generate(go_on) if isinstance(e, Token)]
+    _reply(engine, prompt="Something else entirely.")
+    assert [e.id for e in engine.generate(go_on) if isinstance(e, Token)] == after
 
 
 def test_the_meter_puts_a_happy_text_above_a_sad_one(engine, happy):
