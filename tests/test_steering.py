@@ -247,3 +247,20 @@ def test_the_steering_is_kept_with_the_reply_in_history_changes_included(tmp_pat
     session.steering = None  # steering off: nothing recorded
     list(session.send("again"))
     assert store.all_messages(session.history.conversation_id)[-1].steering is None
+
+
+def test_chat_steer_gives_the_app_s_session_its_steering(fresh_dirs, model_path, tmp_path):
+    from chatapp.cli.chat_commands import steering_option
+    from chatapp.engine.protocol import LoadOptions
+    from chatapp.ui.launch import build_app
+
+    with pytest.raises(SteeringError, match="no vector named 'happy' is kept"):
+        steering_option(["happy:2"], None, model_path, None)  # made by ask or steer make first
+    path = steer_library.vector_path(model_path, "happy")
+    control_vector.write(path, _vector(n_layers=30, width=576))
+    steering = steering_option(["happy:2"], "4-9", model_path, None)
+    assert steering == Steering((SteerVector("happy", str(path), 2.0),), 4, 9)
+    app = build_app(LoadOptions(model_path=model_path), steering=steering)
+    assert app.session.steering == steering
+    with pytest.raises(SteeringError, match="goes past them"):
+        steering_option(["happy:2"], "4-31", model_path, None)
