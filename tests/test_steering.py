@@ -264,3 +264,27 @@ def test_chat_steer_gives_the_app_s_session_its_steering(fresh_dirs, model_path,
     assert app.session.steering == steering
     with pytest.raises(SteeringError, match="goes past them"):
         steering_option(["happy:2"], "4-31", model_path, None)
+
+
+def test_an_older_database_gains_the_steering_column(fresh_dirs):
+    import sqlite3
+
+    from chatapp.history.schema import MIGRATIONS, SCHEMA_VERSION
+
+    path = fresh_dirs / "old.db"
+    conn = sqlite3.connect(path)
+    for step in MIGRATIONS[:3]:
+        for statement in step:
+            conn.execute(statement)
+    conn.execute("PRAGMA user_version = 3")
+    conn.execute("INSERT INTO conversations (title, created, updated) VALUES ('t', 0, 0)")
+    conn.execute(
+        "INSERT INTO messages (conversation_id, seq, role, text, created, updated) "
+        "VALUES (1, 1, 'assistant', 'hi', 0, 0)"
+    )
+    conn.commit()
+    conn.close()
+    store = Store(path)
+    assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    (old,) = store.messages(1)
+    assert old.text == "hi" and old.steering is None
