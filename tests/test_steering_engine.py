@@ -119,8 +119,8 @@ def test_a_file_gone_or_of_another_width_fails_the_reply_in_one_sentence(engine,
     )
     assert events == [
         Failed(
-            "the vector 'wide' is 640 wide but this model is 576 wide: make one for this model "
-            "with `chatapp steer make`"
+            f"the vector 'wide' ({wide}) is 640 wide but SmolLM2-135M-Instruct.Q4_1.gguf is 576 "
+            "wide: make one for this model with `chatapp steer make wide`"
         )
     ]
     assert _reply(engine)  # and the engine goes on
@@ -144,8 +144,9 @@ def test_gemma_makes_applies_and_meters_its_own_vector_and_refuses_smollms(gemma
     )
     assert events == [
         Failed(
-            "the vector 'happy' is 576 wide but this model is 640 wide: make one for this model "
-            "with `chatapp steer make`"
+            f"the vector 'happy' ({happy}) is 576 wide (made on llama) but "
+            "gemma-3-270m-q4_k_m.gguf is 640 wide: make one for this model with "
+            "`chatapp steer make happy`"
         )
     ]
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from chatapp.engine import control_vector
 from chatapp.engine.protocol import Notice, SteeringApplied
+from chatapp.engine.steer_library import check_width
 from chatapp.engine.steering import STEERING_OFF, Steering, SteeringError
 
 if TYPE_CHECKING:
@@ -114,11 +115,8 @@ class ContextSteering:
         vector = self._files.get(stamp)
         if vector is None:
             vector = control_vector.read(path)
-            if vector.n_embd != self.n_embd:
-                raise SteeringError(
-                    f"the vector {name!r} is {vector.n_embd} wide but this model is "
-                    f"{self.n_embd} wide: make one for this model with `chatapp steer make`"
-                )
+            model = os.path.basename(self.w.options.model_path)
+            check_width(vector, name, path, self.n_embd, model)
             self._files[stamp] = vector
         return vector, stamp
 
