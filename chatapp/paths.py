@@ -52,6 +52,11 @@ def models_cache_dir() -> Path:
     return path
 
 
+def steer_dir() -> Path:
+    """Directory of control vectors, one folder per model file (`chatapp steer make`)."""
+    return data_dir() / "steer"
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON through a temporary file and a rename (raises OSError)."""
     path.parent.mkdir(parents=True, exist_ok=True)

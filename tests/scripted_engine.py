@@ -158,6 +158,9 @@ class ScriptedEngine:
     def update_settings(self, settings: SamplerSettings) -> None:
         self._settings = settings
 
+    def set_steering(self, steering) -> None:
+        self.steering = steering  # (a script has no layers: only kept, for tests to read)
+
     def cancel(self) -> None:
         self._cancel.set()
 

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 
 from chatapp.engine.protocol import Finished, ModelInfo
+from chatapp.engine.steering import Steering
 from chatapp.history.records import ModelFingerprint, model_fingerprint, title_from
 from chatapp.history.store import MessageStatus, Store, StoreError
 from chatapp.sampling import SamplerSettings
@@ -92,9 +93,11 @@ class ChatHistory:
             )
         return row
 
-    def begin_reply(self, settings: SamplerSettings, parent: int | None = None) -> None:
+    def begin_reply(
+        self, settings: SamplerSettings, parent: int | None = None, steering: Steering | None = None
+    ) -> None:
         """Open the reply's row; it follows message `parent` (None: the last one), beside the
-        replies that already follow it (branches)."""
+        replies that already follow it (branches); with the steering it is made with."""
         self.reply_id = None
         if self.conversation_id is not None:
             self.reply_id = self._do(
@@ -103,6 +106,7 @@ class ChatHistory:
                     model=self._fingerprint,
                     sampler=settings,
                     parent_id=parent,
+                    steering=steering.to_dict() if steering else None,
                 )  # fmt: skip
             )
         self._last_save = time.monotonic()
@@ -120,8 +124,10 @@ class ChatHistory:
         event: Finished | None,
         settings: SamplerSettings,
         error: str | None = None,
+        steering: Steering | None = None,
     ) -> int | None:
-        """Store the end of a reply; returns its id (None: not saved)."""
+        """Store the end of a reply (with its steering, changes included); returns its id
+        (None: not saved)."""
         if self.reply_id is None:
             return None
         if error is not None:
@@ -140,6 +146,7 @@ class ChatHistory:
                 stop_reason=str(event.reason) if event else None,
                 error=error,
                 sampler=settings,
+                steering=steering.to_dict() if steering else None,
             )
         )
         self.reply_id = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import codecs
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from chatapp.chat.attachments import Attachment, compose, message_fit_problem, reply_budget
 from chatapp.chat.branches import Tree, Turn
@@ -24,9 +24,11 @@ from chatapp.engine.protocol import (
     Grammar,
     ModelInfo,
     PromptEvaluated,
+    SteeringApplied,
     StopReason,
     Token,
 )
+from chatapp.engine.steering import Steering
 from chatapp.errors import ChatappError
 from chatapp.history.records import Conversation, Message, StoreError
 from chatapp.sampling import SamplerSettings
@@ -113,6 +115,8 @@ class ChatSession:
         self.speculation = ""  # draft tokens from "ngram", the draft "model", or "" (none)
         self.alternatives = 1  # replies the next request decodes together (regenerate x N)
         self.grammar: Grammar | None = None  # what replies must follow (a schema's, a GBNF's)
+        self.steering: Steering | None = None  # control vectors for the next replies
+        self.last_steering: Steering | None = None  # the last reply's, with its changes
         self._alt_tokens: dict[int, list[Token]] = {}  # the other replies' tokens, by seq
         self.engine: Engine | None = None
         self.info: ModelInfo | None = None
@@ -159,6 +163,23 @@ class ChatSession:
             return False
         self.engine.update_settings(settings)
         return True
+
+    def change_steering(self, steering: Steering) -> bool:
+        """New steering (a Steer panel's slider); True when it reaches the reply in progress
+        (its SteeringApplied event says from which token). Raises SteeringError."""
+        self.steering = steering
+        if self.draft is None or self.engine is None:
+            return False
+        self.engine.set_steering(steering)
+        return True
+
+    def steering_applied(self, event: SteeringApplied) -> None:
+        """The engine changed the steering mid-reply: kept with the reply in history."""
+        if self.last_steering is not None:
+            change = (event.index, event.steering.vectors)
+            self.last_steering = replace(
+                self.last_steering, changes=(*self.last_steering.changes, change)
+            )
 
     # ---- turns --------------------------------------------------------------------------
 
@@ -214,11 +235,14 @@ class ChatSession:
         )
         self.tree.add(Turn(ChatMessage("user", text), text, row))
 
-    def prepare(self, prefix: Sequence[Token] = ()) -> Prepared:
-        """The request for the next reply (continuing `prefix`, if given); opens its row."""
+    def prepare(self, prefix: Sequence[Token] = (), raw: bool = False) -> Prepared:
+        """The request for the next reply (continuing `prefix`, if given); opens its row.
+        raw: the last user message is the whole prompt, without the chat template."""
         kept, dropped = self.fitted()
         self.draft = ReplyDraft(list(prefix))
-        self.history.begin_reply(self.settings, self.tree.last.row)
+        steering = self.steering if self.steering is not None and self.steering.active else None
+        self.last_steering = steering
+        self.history.begin_reply(self.settings, self.tree.last.row, steering)
         request = GenerateRequest(
             messages=tuple(kept),
             settings=self.settings,
@@ -230,6 +254,8 @@ class ChatSession:
             draft=self.speculation,
             n_alternatives=self.alternatives if not prefix else 1,
             grammar=self.grammar,
+            steering=steering,
+            raw_prompt=self.conversation[-1].content if raw else None,
         )
         self.alternatives = 1  # (once: the next reply is one again)
         self._alt_tokens = {}
@@ -262,7 +288,7 @@ class ChatSession:
         the whole text. Returns the reply cut into reasoning and answer."""
         split = split_reply(event.text, inside=self.draft is not None and self.draft.starts_inside)
         answer = split.answer if (split.thinking or split.closed) else event.text
-        row = self.history.finish(event.text, event, self.settings)
+        row = self.history.finish(event.text, event, self.settings, steering=self.last_steering)
         tokens = tuple(self.draft.tokens) if self.draft is not None else ()
         first = self.tree.add(Turn(ChatMessage("assistant", answer), event.text, row, tokens))
         self.draft = None
@@ -306,7 +332,9 @@ class ChatSession:
         """The reply failed: what it wrote so far stays (and is returned)."""
         text = self.draft.text if self.draft else ""
         tokens = tuple(self.draft.tokens) if self.draft else ()
-        row = self.history.finish(text, None, self.settings, error=message)
+        row = self.history.finish(
+            text, None, self.settings, error=message, steering=self.last_steering
+        )
         if text:
             self.tree.add(Turn(ChatMessage("assistant", text), text, row, tokens))
         else:  # nothing written: the reply it was to replace (if any) is the chosen one again
@@ -316,16 +344,16 @@ class ChatSession:
         return text
 
     def send(
-        self, text: str | None = None, attachments: Sequence[Attachment] = ()
+        self, text: str | None = None, attachments: Sequence[Attachment] = (), raw: bool = False
     ) -> Iterator[Event]:
         """Add `text` (with its attached files) as a user turn (if given), generate the reply
         and keep the books: the engine's events pass through. For callers without an event
-        loop (`chatapp ask`)."""
+        loop (`chatapp ask`); raw: that text is the prompt, without the chat template."""
         if self.engine is None:
             raise EngineError("no model is loaded")
         if text is not None:
             self.add_user(text, attachments)
-        prepared = self.prepare()
+        prepared = self.prepare(raw=raw)
         ended = False
         try:
             for event in self.engine.generate(prepared.request):
@@ -333,6 +361,8 @@ class ChatSession:
                     self.prompt_evaluated(event)
                 elif isinstance(event, Token):
                     self.took([event])
+                elif isinstance(event, SteeringApplied):
+                    self.steering_applied(event)
                 elif isinstance(event, Finished):
                     self.finished(event)
                     ended = True

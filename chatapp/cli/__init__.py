@@ -13,6 +13,7 @@ from chatapp.cli import (  # noqa: F401  (each module registers its commands on 
     inside_commands,
     model_commands,
     speed_commands,
+    steer_commands,
 )
 from chatapp.cli.typer_app import app
 from chatapp.errors import ChatappError, UsageError

@@ -18,6 +18,8 @@ from chatapp.cli.options import (
     NglOpt,
     RepackOpt,
     ServerOpt,
+    SteerLayersOpt,
+    SteerOpt,
     ThinkOpt,
     ThreadsOpt,
     sampler_options,
@@ -74,6 +76,8 @@ def chat(
             help="a second GGUF file or name: each prompt goes to both, side by side (greedy)",
         ),
     ] = None,
+    steer: SteerOpt = None,
+    steer_layers: SteerLayersOpt = None,
 ) -> None:
     """Open the chat TUI (settings not given here come from config.toml)."""
     from dataclasses import replace
@@ -106,6 +110,9 @@ def chat(
         find_model=url is None,
         draft_model=draft_model,
     )
+    steering = steering_option(steer, steer_layers, options.model_path, url)
+    if vs is not None and steering is not None:
+        raise UsageError("--vs compares two models as they are; it does not take --steer")
     if vs is not None:
         from chatapp.ui.launch import run_versus_app
 
@@ -130,6 +137,7 @@ def chat(
         config=config,
         problems=problems,
         compare_options=compare_options,
+        steering=steering,
     )
 
 
@@ -164,6 +172,12 @@ def ask(
         list[str] | None,
         typer.Option("--file", help="attach a text file (repeatable; - reads stdin)"),
     ] = None,
+    steer: SteerOpt = None,
+    steer_layers: SteerLayersOpt = None,
+    raw: Annotated[
+        bool,
+        typer.Option("--raw", help="the prompt as is, without the chat template (base models)"),
+    ] = False,
 ) -> None:
     """Stream one reply to stdout, then a stats line to stderr (defaults from config.toml)."""
     from chatapp.commands.ask import grammar_option, run_ask
@@ -201,8 +215,35 @@ def ask(
         draft=kind,
         grammar=constraint,
         files=file or [],
+        steer=steer_specs(steer, steer_layers, url),
+        raw=raw,
     )
     raise typer.Exit(code)
+
+
+def steer_specs(steer: list[str] | None, layers: str | None, server: str | None):
+    """--steer NAME:STRENGTH ... and --steer-layers as ([(name, strength)], (start, end)), or
+    None when not given; a sentence (SteeringError) for bad ones or for a server."""
+    from chatapp.engine.steering import REMOTE_NOTE, SteeringUnavailable, parse_layers, parse_steer
+
+    if not steer:
+        if layers is not None:
+            raise UsageError("--steer-layers goes with --steer NAME:STRENGTH")
+        return None
+    if server is not None:
+        raise SteeringUnavailable(REMOTE_NOTE)
+    return [parse_steer(s) for s in steer], parse_layers(layers) if layers else (0, 0)
+
+
+def steering_option(steer, layers, model_path: str, server: str | None):
+    """The Steering `chat --steer` asks for (kept vectors or .gguf files; a built-in pair
+    must be made first: the chat's model loads later), or None."""
+    specs = steer_specs(steer, layers, server)
+    if specs is None:
+        return None
+    from chatapp.engine.steer_library import steering_for
+
+    return steering_for(specs[0], model_path, specs[1])
 
 
 @app.command()

@@ -73,6 +73,22 @@ DraftOpt = Annotated[
         "GGUF file with the same vocabulary (a draft model), or 'off' (default: config, else off)",
     ),
 ]
+SteerOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--steer",
+        help="steer with a concept vector: NAME:STRENGTH (a kept vector, a built-in pair or a "
+        ".gguf control vector; repeatable), e.g. happy:4 (see `chatapp steer`)",
+    ),
+]
+SteerLayersOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--steer-layers",
+        help="the layers the vectors are added after: START-END, both inclusive (default: all, "
+        "as llama.cpp's --control-vector-layer-range)",
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout")]
 PathArg = Annotated[Path, typer.Argument(help="a file")]
 

@@ -29,6 +29,8 @@ from chatapp.engine.protocol import (
     Notice,
     Token,
 )
+from chatapp.engine.steer_library import steering_for
+from chatapp.engine.steering import Steering
 from chatapp.errors import UsageError
 from chatapp.sampling import SamplerSettings
 from chatapp.stats_text import (
@@ -83,7 +85,13 @@ def run_ask(
     draft: str = "",
     grammar: Grammar | None = None,
     files: list[str] | tuple[str, ...] = (),
+    steer: tuple[list[tuple[str, float]], tuple[int, int]] | None = None,
+    raw: bool = False,
 ) -> int:
+    """One reply to stdout (`--json`: one object). `steer`: the vectors and layer range of
+    --steer / --steer-layers; `raw`: the prompt as is, without the chat template."""
+    if raw and system:
+        raise UsageError("--raw sends the prompt as is: it takes no --system")
     if STDIN in files and sys.stdin is not None and sys.stdin.isatty():  # (else: no word)
         print(f"note: {STDIN_FROM_TERMINAL}", file=sys.stderr, flush=True)
     attached = [read_attachment(path) for path in files]  # (a bad file: before the model loads)
@@ -100,10 +108,13 @@ def run_ask(
     out = sys.stdout
     shown, shown_err = for_stream(out), for_stream(sys.stderr)  # a terminal gets no raw escapes
     try:
+        if steer is not None:
+            session.steering = started_steering(engine, options.model_path, steer)
         if attached:
             attached = counted(engine, attached)
             check_fits(engine, compose(prompt, attached), settings)
-        for event in session.send(prompt, attached):
+        events = session.send(prompt, attached, raw=raw)
+        for event in events:
             if isinstance(event, Token):
                 tokens.append(event)
                 if not as_json:
@@ -148,6 +159,8 @@ def run_ask(
             },
             "settings": load_settings(info),
             "sampler": settings.to_dict(),
+            "raw": raw,
+            "steering": session.last_steering.to_dict() if session.last_steering else None,
             "speculation": {
                 "draft": st.draft,
                 "draft_model": info.draft_model if info else "",
@@ -195,6 +208,16 @@ def candidate_row(c: Candidate) -> dict:
         "p_after": c.p_final,
         "cut_by": c.cut_by or None,
     }
+
+
+def started_steering(engine: Engine, model_path: str, steer) -> Steering:
+    """The Steering of --steer on the started engine's model (a built-in pair not made for it
+    yet is made now and kept); what had to be done goes to stderr."""
+    notes: list[str] = []
+    steering = steering_for(steer[0], model_path, steer[1], engine=engine, notes=notes)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    return steering
 
 
 def check_fits(engine: Engine, content: str, settings: SamplerSettings) -> None:

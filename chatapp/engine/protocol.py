@@ -15,6 +15,7 @@ from chatapp.sampling import SamplerSettings
 
 if TYPE_CHECKING:
     from chatapp.engine.inside import Inspection, InspectRequest
+    from chatapp.engine.steering import Steering
 
 
 class EngineError(ChatappError):
@@ -124,6 +125,7 @@ class ModelInfo:
     weights_in_memory: bool = False  # read into (huge-paged) memory, not mapped from the file
     tuned: bool = False  # threads / flash attention / repack came from `chatapp tune`
     draft_model: str = ""  # path of the draft model loaded beside it ("" = none)
+    n_embd: int = 0  # width of the residual stream (what a control vector must match)
 
 
 def fills_the_cpu(info: ModelInfo, cores: int) -> bool:
@@ -163,6 +165,8 @@ class GenerateRequest:
     "model" (the draft model of LoadOptions), or "" (one token at a time)."""
     grammar: Grammar | None = None
     """Only replies this grammar accepts (llama.cpp's grammar sampler, before the others)."""
+    steering: Steering | None = None
+    """Control vectors added to the residual stream from the prompt on (engine/steering.py)."""
 
 
 @dataclass(frozen=True)
@@ -227,6 +231,14 @@ class SettingsApplied:
 
 
 @dataclass(frozen=True)
+class SteeringApplied:
+    """New steering took effect: token `index` of the reply is the first computed with it."""
+
+    steering: Steering
+    index: int
+
+
+@dataclass(frozen=True)
 class Finished:
     """The reply ended."""
 
@@ -252,7 +264,16 @@ class Failed:
     message: str
 
 
-Event = PromptEvaluated | PrefillProgress | Token | SettingsApplied | Notice | Finished | Failed
+Event = (
+    PromptEvaluated
+    | PrefillProgress
+    | Token
+    | SettingsApplied
+    | SteeringApplied
+    | Notice
+    | Finished
+    | Failed
+)
 
 
 @runtime_checkable
@@ -279,6 +300,12 @@ class Engine(Protocol):
 
     def update_settings(self, settings: SamplerSettings) -> None:
         """New sampler settings for the reply in progress (from its next token). Thread-safe."""
+        ...
+
+    def set_steering(self, steering: Steering) -> None:
+        """New steering for the reply in progress: the token after the next is the first
+        computed with it (SteeringApplied says which). Thread-safe; raises SteeringError
+        (SteeringUnavailable: this engine cannot steer)."""
         ...
 
     def cancel(self) -> None:

@@ -110,6 +110,9 @@ class Message:
     attachments: tuple[dict[str, Any], ...] = ()
     """Files attached to a user message: name, size_bytes, tokens and the text that was sent
     (the message's text holds them too, as fenced blocks, as the model read them)."""
+    steering: dict[str, Any] | None = None
+    """The control vectors a reply was steered with (engine/steering.py's Steering.to_dict:
+    vectors with name, path and strength, layers, and changes made during the reply)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data."""
@@ -192,6 +195,7 @@ def message_from_row(row: sqlite3.Row) -> Message:
         branch=row["branch"] if "branch" in keys else 1,
         branches=row["branches"] if "branches" in keys else 1,
         attachments=tuple(json.loads(row["attachments"])) if row["attachments"] else (),
+        steering=json.loads(row["steering"]) if row["steering"] else None,
     )
 
 

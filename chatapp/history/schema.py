@@ -60,6 +60,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
     (  # 3: files attached to a user message: JSON [{name, size_bytes, tokens, text}]
         "ALTER TABLE messages ADD COLUMN attachments TEXT",
     ),
+    (  # 4: the control vectors a reply was steered with: JSON (Steering.to_dict)
+        "ALTER TABLE messages ADD COLUMN steering TEXT",
+    ),
 ]
 """MIGRATIONS[n] takes a database from schema n to n + 1 (one statement per item)."""
 

@@ -187,9 +187,11 @@ class Store(Database):
         sampler: SamplerSettings | None = None,
         parent_id: int | None = None,
         attachments: list[dict] | tuple[dict, ...] = (),
+        steering: dict | None = None,
     ) -> int:
         """Append a message (save the user turn before generating); returns its id.
-        `attachments`: the files in a user message (Message.attachments).
+        `attachments`: the files in a user message (Message.attachments); `steering`: the
+        control vectors of a reply (Message.steering).
 
         It follows `parent_id`, or (None) the last message of the chosen path; a message that
         already has followers gets a new branch, and the new message is the chosen one.
@@ -212,14 +214,16 @@ class Store(Database):
             cur = conn.execute(
                 "INSERT INTO messages (conversation_id, seq, role, text, created, updated, "
                 "status, writer_pid, model_path, model_size, model_quant, model_sha256, sampler, "
-                "parent_id, attachments) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM "
-                "messages WHERE conversation_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "parent_id, attachments, steering) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 "
+                "FROM messages WHERE conversation_id = ?), "
+                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, conversation_id, role, text, now, now, status.value, pid)
                 + model_columns(model)
                 + (
                     dumps_sampler(sampler),
                     parent_id,
                     json.dumps(list(attachments)) if attachments else None,
+                    _json_or_none(steering),
                 ),
             )
             message_id = int(cur.lastrowid or 0)
@@ -233,6 +237,7 @@ class Store(Database):
         model: ModelFingerprint | None = None,
         sampler: SamplerSettings | None = None,
         parent_id: int | None = None,
+        steering: dict | None = None,
     ) -> int:
         """Create the assistant row with status 'streaming' (before the first token); it
         follows `parent_id` (a new branch if that message has a reply already), or the last
@@ -245,6 +250,7 @@ class Store(Database):
             model=model,
             sampler=sampler,
             parent_id=parent_id,
+            steering=steering,
         )
 
     def choose_branch(self, message_id: int) -> None:
@@ -273,11 +279,13 @@ class Store(Database):
         stop_reason: str | None = None,
         error: str | None = None,
         sampler: SamplerSettings | None = None,
+        steering: dict | None = None,
     ) -> None:
         """Store the final text, status, stats and stop reason of a reply.
 
         `sampler` (when given) replaces the settings saved by begin_reply: pass the settings in
-        force at the end when they changed during the reply.
+        force at the end when they changed during the reply; `steering` likewise (with the
+        changes made during the reply).
         """
         status = MessageStatus(status)
         if status is MessageStatus.STREAMING:
@@ -289,10 +297,10 @@ class Store(Database):
                 "UPDATE messages SET text = ?, status = ?, writer_pid = NULL, updated = ?, "
                 "ttft_s = ?, prefill_tps = ?, decode_tps = ?, prompt_tokens = ?, "
                 "completion_tokens = ?, stats = ?, stop_reason = ?, error = ?, "
-                "sampler = COALESCE(?, sampler) WHERE id = ?",
+                "sampler = COALESCE(?, sampler), steering = COALESCE(?, steering) WHERE id = ?",
                 (text, status.value, now)
                 + stats_columns(stats)
-                + (stop, error, dumps_sampler(sampler), message_id),
+                + (stop, error, dumps_sampler(sampler), _json_or_none(steering), message_id),
             )
             if cur.rowcount == 0:
                 raise StoreError(f"no message with id {message_id} (was it deleted?)")
@@ -354,3 +362,7 @@ class Store(Database):
             if m.status is not MessageStatus.ERROR and m.text:
                 out.append(ChatMessage(m.role, m.text))
         return out
+
+
+def _json_or_none(data: dict | None) -> str | None:
+    return None if data is None else json.dumps(data, sort_keys=True)

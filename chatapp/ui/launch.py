@@ -8,6 +8,7 @@ from chatapp.chat.recorder import ChatHistory
 from chatapp.config import Config, effective_theme, save_theme
 from chatapp.engine.factory import make_engine
 from chatapp.engine.protocol import Engine, LoadOptions
+from chatapp.engine.steering import Steering
 from chatapp.ui.app import ChatApp
 from chatapp.ui.streaming import WORKER_NICE
 
@@ -35,6 +36,7 @@ def build_app(
     config: Config | None = None,
     problems: list[str] | None = None,
     compare_options: LoadOptions | None = None,
+    steering: Steering | None = None,
 ) -> ChatApp:
     config = config or Config()
     remote_options = {k: v for k, v in (remote or {}).items() if v}
@@ -72,6 +74,7 @@ def build_app(
         compare_options=compare_options,
     )
     history.warn = app._warn
+    app.session.steering = steering  # `chat --steer`: every reply (a Steer panel comes later)
     return app
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from chatapp import paths
+from chatapp.engine.control_vector import ControlVector
 from chatapp.engine.inside import Inspection, InspectRequest
 from chatapp.engine.local import cpu_backend, gpu_fallback, huge_pages, machine, side_pipe
 from chatapp.engine.local.perplexity import PerplexityJob
@@ -32,6 +33,7 @@ from chatapp.engine.protocol import (
     ModelInfo,
     TokenPiece,
 )
+from chatapp.engine.steering import Meter, Steering, SteeringError
 from chatapp.sampling import SamplerSettings
 
 LOAD_TIMEOUT_S = 300.0
@@ -317,6 +319,34 @@ class LocalEngine:
     def cancel(self) -> None:
         if self.alive:
             self._send(("cancel",))
+
+    def set_steering(self, steering: Steering) -> None:
+        """New steering for the reply in progress (engine/local/steering.py); between replies
+        the next request's own steering is what counts."""
+        self._send(("steering", steering))
+
+    def residuals(self, texts: list[str], at: str = "mean") -> np.ndarray:
+        """Each text's residual stream out of blocks 0..n_layers-2, [texts, layers, n_embd]:
+        the mean over its tokens ("mean") or at its last token ("last"); read on the
+        inspector's context, so it may run while a reply generates. Raises SteeringError."""
+        found = self._side_call(("steer_residuals", tuple(texts), at))
+        if isinstance(found, str):
+            raise SteeringError(found)
+        return found
+
+    def meter(self, text: str, vector: ControlVector) -> Meter:
+        """Each token of `text` and its residual stream's projection on the vector's unit
+        direction at each layer (the concept meter). Raises SteeringError."""
+        n = (self.info.n_layers if self.info else vector.last_layer + 1) - 1
+        units = np.full((n, vector.n_embd), np.nan, dtype=np.float32)
+        for layer in range(1, n + 1):
+            unit = vector.unit(layer)
+            if unit is not None:
+                units[layer - 1] = unit
+        found = self._side_call(("steer_meter", text, units))
+        if isinstance(found, str):
+            raise SteeringError(found)
+        return Meter(tuple(found[0]), found[1], found[2])
 
     def tokenize(self, text: str, special: bool = True) -> list[TokenPiece]:
         return self._side_call(("tokenize", text, special))

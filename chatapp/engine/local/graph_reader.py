@@ -52,7 +52,8 @@ def _ggml():
 
 class GraphReader:
     """Copies the last row of `l_out-{il}` (the residual stream after layer il) and of
-    `kq_soft_max-{il}` (each head's attention probabilities) while `armed`."""
+    `kq_soft_max-{il}` (each head's attention probabilities) while `armed`; armed with
+    every_row, each ubatch's whole `l_out-{il}` (every token's stream) into `streams`."""
 
     def __init__(self, n_layers: int) -> None:
         import llama_cpp
@@ -61,6 +62,8 @@ class GraphReader:
         self.armed = False
         self.residual: dict[int, np.ndarray] = {}
         self.attention: dict[int, np.ndarray] = {}  # [n_head, n_kv]
+        self.every_row = False
+        self.streams: dict[int, list[np.ndarray]] = {}  # [n_tokens, n_embd] per ubatch
         self.errors: list[str] = []
         self._fault = ""
         self._faults = os.environ.get(FAULT_ENV, "")
@@ -69,10 +72,13 @@ class GraphReader:
         # Referenced here for as long as the context lives: llama.cpp keeps the bare pointer.
         self.callback = llama_cpp.ggml_backend_sched_eval_callback(self._on_tensor)
 
-    def arm(self) -> None:
-        """Copy from the next graph on (the captured token's), forgetting earlier copies."""
+    def arm(self, every_row: bool = False) -> None:
+        """Copy from the next graph on (the captured token's), forgetting earlier copies;
+        every_row: only the residual stream, every token of it, graph after graph."""
         self.residual.clear()
         self.attention.clear()
+        self.streams.clear()
+        self.every_row = every_row
         self.errors = []
         self._fault, self._faults = self._faults, self._faults if "always" in self._faults else ""
         self.armed = True
@@ -86,7 +92,7 @@ class GraphReader:
         try:
             match = _NAME.match(self._name_of(tensor) or b"")
             if ask:
-                return match is not None
+                return match is not None and (not self.every_row or match.group(1) == b"l_out")
             if match is not None:
                 self._copy(tensor, match.group(1), int(match.group(2)))
         except Exception as exc:  # never let it reach ctypes: that would cut the graph short
@@ -106,7 +112,13 @@ class GraphReader:
         ne0, ne1, ne2 = head.ne[0], head.ne[1], head.ne[2]
         last_row = (ne1 - 1) * head.nb[1]
         get = self._lib.ggml_backend_tensor_get
-        if kind == b"l_out":
+        if kind == b"l_out" and self.every_row:
+            if head.nb[1] != ne0 * 4:
+                raise TypeError(f"l_out-{layer} rows are not contiguous")
+            rows = np.empty((ne1, ne0), dtype=np.float32)
+            get(tensor, rows.__array_interface__["data"][0], 0, ne1 * ne0 * 4)
+            self.streams.setdefault(layer, []).append(rows)
+        elif kind == b"l_out":
             row = np.empty(ne0, dtype=np.float32)
             get(tensor, row.__array_interface__["data"][0], last_row, ne0 * 4)
             self.residual[layer] = row

@@ -13,6 +13,7 @@ import numpy as np
 from chatapp.engine.local import huge_pages, template
 from chatapp.engine.local.cpu_load import OtherPrograms
 from chatapp.engine.local.llama_open import fill_batch, open_llama
+from chatapp.engine.local.steering import ContextSteering
 from chatapp.engine.local.thread_governor import ThreadGovernor
 from chatapp.engine.local.timebound import call_with_timeout
 from chatapp.engine.local.worker_log import (
@@ -104,7 +105,9 @@ class LoadedModel:
             repack=options.repack is not False,
             huge_pages=huge_pages.in_use(),
             weights_in_memory=self.llama.model_params.load_mode == llama_cpp.LLAMA_LOAD_MODE_NONE,
+            n_embd=llama_cpp.llama_model_n_embd(self.model),
         )
+        self.steering = ContextSteering(self)  # the control vector on the context (none yet)
 
     def _governor(self, most: int, adapt: bool, cpu_bound: bool) -> ThreadGovernor | None:
         """The live thread count's keeper, where the CPU runs (some of) the model with more

@@ -55,6 +55,10 @@ def answer(worker: LoadedModel, inspector: list, msg: tuple) -> Any:
             return getattr(worker, "autotune_status", None)
         if msg[0] == "inspect":
             return inspect(worker, inspector, msg[1])
+        if msg[0] in ("steer_residuals", "steer_meter"):
+            from chatapp.engine.local.steering import side_call
+
+            return side_call(worker, inspector, msg)
         return SideFailure(f"the model worker got an unknown request ({msg[0]!r})")
     except Exception as exc:
         return SideFailure(f"{msg[0]} failed in the model worker: {type(exc).__name__}: {exc}")

@@ -225,6 +225,7 @@ class Generation:
         self.flush_s = FLUSH_CPU_S if fills_the_cpu(worker.info, physical_cores()) else FLUSH_S
         self.cancelled = False
         self.new_settings: SamplerSettings | None = None
+        self.new_steering = None  # a Steering sent mid-reply (engine/local/steering.py)
         self.has_message = message_waiting(conn)
 
     def send(self, event, flush: bool = False) -> None:
@@ -242,6 +243,8 @@ class Generation:
                 self.cancelled = True
             elif msg[0] == "settings":
                 self.new_settings = msg[1]
+            elif msg[0] == "steering":
+                self.new_steering = msg[1]
 
     def run(self) -> None:
         try:
@@ -376,6 +379,9 @@ class Generation:
                     if index - len(prefix) >= s.max_tokens:
                         reason = StopReason.MAX_TOKENS
                         break
+                if self.new_steering is not None:  # from the next decode on
+                    self.send(w.steering.change(self.new_steering, index), flush=True)
+                    self.new_steering = None
                 tok, cands, logprob = sample_row(
                     w, chain, subset, spec.row, s, recent, m, req.top_n, grammar
                 )

@@ -13,7 +13,7 @@ from chatapp.engine.local.loaded_model import LoadedModel
 from chatapp.engine.local.parallel import ParallelGeneration
 from chatapp.engine.local.token_loop import Generation
 from chatapp.engine.local.worker_log import WorkerLog, load_error_from_log
-from chatapp.engine.protocol import LoadOptions
+from chatapp.engine.protocol import Failed, LoadOptions
 
 if TYPE_CHECKING:
     from ctypes import c_byte
@@ -133,6 +133,11 @@ def serve(worker: LoadedModel, conn: Connection, tuning: c_byte | None = None) -
             worker.autotune_status = tuner.status
             conn.send(("autotune_started", tuner.status))
             continue
+        if kind in ("generate", "score", "perplexity"):  # steered replies only
+            problem = worker.steering.begin(msg[1].steering if kind == "generate" else None)
+            if problem:
+                conn.send(("events", [Failed(problem)]))
+                continue
         if kind == "generate":
             job = ParallelGeneration if msg[1].n_alternatives > 1 else Generation
             job(worker, conn, msg[1]).run()

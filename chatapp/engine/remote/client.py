@@ -28,6 +28,8 @@ from chatapp.engine.remote import errors as errs
 from chatapp.engine.remote import probe
 from chatapp.engine.remote.stream import StreamState, body_for, sse_objects
 from chatapp.engine.remote.tokens import TOKENIZING_KINDS, ServerTokenizer
+from chatapp.engine.steering import REMOTE_NOTE as STEERING_NOTE
+from chatapp.engine.steering import Steering, SteeringUnavailable
 from chatapp.sampling import SamplerSettings
 
 SAMPLER_NOTICE = "sampler changes apply from the next reply on a server"
@@ -236,6 +238,10 @@ class RemoteEngine:
         """A server has no view of its model's layers: always InsideUnavailable."""
         raise InsideUnavailable(REMOTE_NOTE)
 
+    def set_steering(self, steering: Steering) -> None:
+        """A server has no control vectors: always SteeringUnavailable."""
+        raise SteeringUnavailable(STEERING_NOTE)
+
     def update_settings(self, settings: SamplerSettings) -> None:
         """Store settings for the next reply (a server cannot change a reply in progress)."""
         self.settings = self._pending = settings
@@ -271,6 +277,9 @@ class RemoteEngine:
         self._parts = []
         if self._stream_client is None or self.info is None:
             yield Failed("the server engine is not started")
+            return
+        if request.steering is not None and request.steering.active:
+            yield Failed(STEERING_NOTE)
             return
         settings, self._pending = (self._pending or request.settings), None
         if settings != request.settings:
