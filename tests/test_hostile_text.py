@@ -237,7 +237,7 @@ async def test_hostile_text_side_by_side(text):
     engines = ScriptedEngine(delay=0, words=[text]), ScriptedEngine(delay=0, words=[text])
     app = VersusApp((lambda: engines[0], lambda: engines[1]), (text, text))
     async with app.run_test(size=(160, 44)) as pilot:
-        await wait_until(pilot, lambda: len(app.engines) == 2)
+        await wait_until(pilot, lambda: all(s.engine is not None for s in app.slots.values()))
         box = app.query_one("#prompt")
         box.value = f"say {text}"
         typed = box.value

@@ -21,12 +21,12 @@ from chatapp.ui import autotune_watch, themes
 from chatapp.ui.engine_slot import EngineSlot
 from chatapp.ui.keys import help_rows, key_of
 from chatapp.ui.literal import LiteralApp
-from chatapp.ui.messages import EngineFailed, EngineReady, NoticeShown
 from chatapp.ui.screens.chat import ChatScreen
 from chatapp.ui.screens.compare import CompareScreen
 from chatapp.ui.screens.help import HelpScreen
 from chatapp.ui.screens.model_card import ModelCardScreen
 from chatapp.ui.screens.models import ModelPickerScreen
+from chatapp.ui.streaming import ReplyStream
 from chatapp.ui.widgets.get_models import GetModelsView
 from chatapp.ui.widgets.hub_downloads import DownloadState, HubDownloads
 
@@ -118,7 +118,10 @@ class ChatApp(LiteralApp, App):
             what = event.worker.name or event.worker.group or "a background task"
             self.notify(f"{what} failed: {error}", title="Error", severity="error", timeout=10)
 
-    def on_notice_shown(self, message: NoticeShown) -> None:
+    def on_engine_slot_noted(self, message: EngineSlot.Noted) -> None:
+        self.notify(message.message, title="Note", severity="warning")
+
+    def on_reply_stream_noted(self, message: ReplyStream.Noted) -> None:
         self.notify(message.message, title="Note", severity="warning")
 
     # ---- themes, help, palette ------------------------------------------------------------
@@ -160,13 +163,13 @@ class ChatApp(LiteralApp, App):
 
     # ---- the model ------------------------------------------------------------------------
 
-    def on_engine_ready(self, message: EngineReady) -> None:
+    def on_engine_slot_ready(self, message: EngineSlot.Ready) -> None:
         info = self.slot.ready(message)
         self.sub_title = f"{Path(info.path).name} · ctx {info.n_ctx}"
         self.chat_screen.model_ready(info)
         self.slot.autotune(self.config)
 
-    def on_engine_failed(self, message: EngineFailed) -> None:
+    def on_engine_slot_failed(self, message: EngineSlot.Failed) -> None:
         self.slot.failed(message)
         self.chat_screen.model_failed(message.message)
         self.notify(message.message, title="Model not loaded", severity="error", timeout=10)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from textual.app import App
+from textual.message import Message
 
 from chatapp.config import Config
 from chatapp.engine.factory import make_engine
@@ -12,19 +14,46 @@ from chatapp.engine.local.machine import physical_cores
 from chatapp.engine.protocol import Engine, EngineCrashed, LoadOptions, ModelInfo
 from chatapp.errors import ChatappError
 from chatapp.ui import autotune_watch
-from chatapp.ui.messages import EngineFailed, EngineReady, NoticeShown
 from chatapp.ui.streaming import SMOOTH, WORKER_NICE, Cadence, cadence_for
 
 
 class EngineSlot:
     """Where the engine lives: loaded in a thread of `host` (GPU step-down and CPU fallbacks
-    happen in its start()), which gets EngineReady or EngineFailed and hands them back here
-    (`ready`, `failed`) on its own thread: the loading thread never assigns this state."""
+    happen in its start()), which gets Ready or Failed and hands them back here (`ready`,
+    `failed`) on its own thread: the loading thread never assigns this state."""
+
+    @dataclass
+    class Ready(Message):
+        """A model loaded: its info, and the started engine."""
+
+        slot: EngineSlot
+        info: ModelInfo
+        engine: Engine
+
+    @dataclass
+    class Failed(Message):
+        """The engine could not start; `log_tail` has llama.cpp's last lines."""
+
+        slot: EngineSlot
+        message: str
+        log_tail: str = ""
+        crashed: bool = False
+
+    @dataclass
+    class Noted(Message):
+        """The engine's note on its load (a fallback taken...)."""
+
+        message: str
 
     def __init__(
-        self, host: App, factory: Callable[[], Engine], options: LoadOptions | None = None
+        self,
+        host: App,
+        factory: Callable[[], Engine],
+        options: LoadOptions | None = None,
+        group: str = "engine",  # the worker group of its loads (one slot's loads replace its own)
     ) -> None:
         self.host = host
+        self.group = group
         self.factory = factory
         self.options = options  # the local file's load options (None: a server)
         self.engine: Engine | None = None  # set when loaded
@@ -39,7 +68,7 @@ class EngineSlot:
             return False
         self.loading = True
         self.host.run_worker(
-            self._load, thread=True, exclusive=True, group="engine", exit_on_error=False
+            self._load, thread=True, exclusive=True, group=self.group, exit_on_error=False
         )
         return True
 
@@ -51,28 +80,27 @@ class EngineSlot:
             engine = self.starting = self.factory()
             info = engine.start()  # GPU step-down and CPU fallbacks happen inside
             for note in engine.notes:
-                post(NoticeShown(note))
+                post(self.Noted(note))
         except EngineCrashed as exc:
-            post(EngineFailed(str(exc), exc.log_tail, crashed=True))
+            post(self.Failed(self, str(exc), exc.log_tail, crashed=True))
             return
         except ChatappError as exc:  # EngineError, or a ModelFileError from the file check
-            post(EngineFailed(str(exc)))
+            post(self.Failed(self, str(exc)))
             return
         except Exception as exc:  # shown to the user, app keeps running
-            post(EngineFailed(f"could not start the model: {exc}"))
+            post(self.Failed(self, f"could not start the model: {exc}"))
             return
-        post(EngineReady(info, engine))
+        post(self.Ready(self, info, engine))
 
-    def ready(self, message: EngineReady) -> ModelInfo:
+    def ready(self, message: EngineSlot.Ready) -> ModelInfo:
         """The load is done (on the host's thread)."""
-        if message.engine is not None:
-            self.engine = message.engine  # type: ignore[assignment]
+        self.engine = message.engine
         self.loading = False
         self.starting = None
         self.cadence = cadence_for(message.info, physical_cores())
         return message.info
 
-    def failed(self, message: EngineFailed) -> None:
+    def failed(self, message: EngineSlot.Failed) -> None:
         self.load_error = message.message
         self.loading = False
         self.starting = None

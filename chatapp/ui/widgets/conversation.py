@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from functools import cached_property, partial
+from functools import cached_property
 from pathlib import Path
 
 from textual import on
@@ -22,20 +22,12 @@ from chatapp.ui.branch_view import BranchView, show_tokens
 from chatapp.ui.copy_actions import Clipboard
 from chatapp.ui.engine_slot import EngineSlot
 from chatapp.ui.literal import literal
-from chatapp.ui.messages import (
-    PrefillProgressed,
-    PromptShown,
-    ReplyFailed,
-    ReplyFinished,
-    SettingsTookEffect,
-    TokensArrived,
-)
 from chatapp.ui.pacing import FramePacer, settle_gc
 from chatapp.ui.panel_feed import PanelFeed
 from chatapp.ui.prompt_input import PromptInput
 from chatapp.ui.reply import Reply, footer_for
 from chatapp.ui.reply_report import ReplyReport
-from chatapp.ui.streaming import SMOOTH, stream_reply
+from chatapp.ui.streaming import SMOOTH, ReplyStream
 from chatapp.ui.widgets.chat import ChatView, MessageView
 from chatapp.ui.widgets.probs import ProbPanel
 from chatapp.ui.widgets.sampler import SamplerPanel
@@ -201,13 +193,13 @@ class ConversationPane(Vertical):
         self.panels.start(reply)
         self.pacer.start()
         self.set_status("generating… (Esc stops)" + (f" · {reply.note}" if reply.note else ""))
-        pacer, engine = self.pacer, self.slot.engine
-        job = partial(
-            stream_reply, engine, prepared.request, reply.id, self.post_message,
-            lambda: pacer.text_s,
-        )  # fmt: skip
-        self.app.run_worker(job, thread=True, exclusive=True, group="generate",
-                            exit_on_error=False)  # fmt: skip
+        pacer = self.pacer
+        stream = ReplyStream(
+            self.slot.engine, prepared.request, reply.id, self.post_message, lambda: pacer.text_s
+        )
+        self.app.run_worker(
+            stream.run, thread=True, exclusive=True, group="generate", exit_on_error=False
+        )
 
     def _show_left_out(self, reply_item: MessageView, dropped: int) -> None:
         """Dim the messages the prompt leaves out (the oldest); the history keeps them."""
@@ -234,11 +226,11 @@ class ConversationPane(Vertical):
 
     # ---- the reply's events (posted by the generation thread) -----------------------------
 
-    def on_prompt_shown(self, message: PromptShown) -> None:
+    def on_reply_stream_prompt_shown(self, message: ReplyStream.PromptShown) -> None:
         self.session.prompt_evaluated(message.event)
         self.panels.prompt(message.event)
 
-    async def on_tokens_arrived(self, message: TokensArrived) -> None:
+    async def on_reply_stream_tokens_arrived(self, message: ReplyStream.TokensArrived) -> None:
         reply = self.reply
         if reply is None or message.reply_id != reply.id:
             return
@@ -259,7 +251,7 @@ class ConversationPane(Vertical):
         self.panels.settings = self.session.settings
         self.panels.took(message.tokens, first)
 
-    def on_prefill_progressed(self, message: PrefillProgressed) -> None:
+    def on_reply_stream_prefill_progressed(self, message: ReplyStream.PrefillProgressed) -> None:
         if self.reply is None or message.reply_id != self.reply.id:
             return
         done, total, elapsed = message.done, message.total, message.elapsed_s
@@ -274,13 +266,13 @@ class ConversationPane(Vertical):
         self.first_paint_s.append(reply.first_paint_s)
         self.stats_panel.stats = self.stats_panel.stats.but(first_paint_s=reply.first_paint_s)
 
-    def on_settings_took_effect(self, message: SettingsTookEffect) -> None:
+    def on_reply_stream_settings_took_effect(self, message: ReplyStream.SettingsTookEffect) -> None:
         index = message.event.index
         self.sampler.set_status(f"applied from token {index} of the reply")
         if self.reply is not None:
             self.reply.settings_changes.append((index, message.event.settings))
 
-    async def on_reply_finished(self, message: ReplyFinished) -> None:
+    async def on_reply_stream_ended(self, message: ReplyStream.Ended) -> None:
         reply = self.reply
         if reply is None or message.reply_id != reply.id:
             return
@@ -306,7 +298,7 @@ class ConversationPane(Vertical):
         self.set_status(f"done: {ev.reason}{detail}" + (f" · {reply.note}" if reply.note else ""))
         self._end_reply()
 
-    async def on_reply_failed(self, message: ReplyFailed) -> None:
+    async def on_reply_stream_errored(self, message: ReplyStream.Errored) -> None:
         reply = self.reply
         if reply is None or message.reply_id != reply.id:
             return
