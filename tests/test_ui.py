@@ -215,7 +215,7 @@ async def test_real_model_send_stream_and_stop(model_path):
         # at times): behaviour, never a speed bound
         stats = app.chat_screen.stats_panel.stats
         assert stats.decode_tps is not None and stats.decode_tps > 0
-        assert stats.completion_tokens >= 5
+        assert stats.tokens >= 5
         assert len(app.chat_screen.token_panel.prompt) > 10
         assert any(t.piece == b"<|im_start|>" for t in app.chat_screen.token_panel.prompt)
         # A second turn works on the same worker and reuses the KV cache.

@@ -13,8 +13,8 @@ from helpers import SIZE, pane, status, submit, wait_until
 
 from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
-from chatapp.ui import app as app_module
 from chatapp.ui.app import ChatApp
+from chatapp.ui.widgets import conversation as pane_module
 
 RESTARTED = "the model worker {how}; start it again to continue"
 
@@ -119,7 +119,7 @@ async def test_next_send_after_a_crash_starts_a_worker(model_path):
 
 @pytest.mark.slow
 async def test_hung_worker_is_ended_by_escape(model_path, monkeypatch):
-    monkeypatch.setattr(app_module, "STOP_GRACE_S", 0.5)
+    monkeypatch.setattr(pane_module, "STOP_GRACE_S", 0.5)
     app = make_app(model_path)
     pid = None
     try:
@@ -130,7 +130,7 @@ async def test_hung_worker_is_ended_by_escape(model_path, monkeypatch):
             await wait_until(pilot, lambda: pane(app).reply is None, timeout=30)  # (it does end)
             # killed after the grace Esc gives a worker, not before; how soon after is the
             # machine's business (a busy one takes longer)
-            assert time.monotonic() - t0 >= app_module.STOP_GRACE_S
+            assert time.monotonic() - t0 >= pane_module.STOP_GRACE_S
             _check_kept(app, RESTARTED.format(how="was ended because it did not stop when asked"))
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)  # the stopped worker is gone, not left behind
