@@ -39,13 +39,18 @@ async def wait_until(pilot, predicate, timeout: float = 120.0) -> None:
     raise TimeoutError("the app did not get there in time")
 
 
+def pane(app: ChatApp):
+    """The chat's ConversationPane: the conversation and its live reply."""
+    return app.chat_screen.pane
+
+
 async def ask(pilot, app: ChatApp, text: str) -> None:
     """Send `text` once the model is loaded and wait for the whole reply."""
     app.query_one("#prompt").cursor_blink = False
-    await wait_until(pilot, lambda: app.engine is not None)
+    await wait_until(pilot, lambda: app.slot.engine is not None)
     app.query_one("#prompt").text = text
     await pilot.press("enter")
-    await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+    await wait_until(pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None)
 
 
 def greedy_app(max_tokens: int, **kwargs) -> ChatApp:
@@ -78,19 +83,21 @@ async def main() -> None:
     )
     async with app.run_test(size=SIZE) as pilot:
         app.query_one("#prompt").cursor_blink = False
-        await wait_until(pilot, lambda: app.engine is not None)
+        await wait_until(pilot, lambda: app.slot.engine is not None)
         app.query_one("#prompt").text = PROMPT
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app.reply is not None and len(app.reply.tokens) >= 60)
+        await wait_until(
+            pilot, lambda: pane(app).reply is not None and len(pane(app).reply.tokens) >= 60
+        )
         # The side panels follow at their own cadence (once a second where the model's threads
         # fill the CPU): the picture waits for their first update after the first token.
         stats = app.query_one(StatsPanel)
-        await wait_until(pilot, lambda: app.reply is None or stats.stats.tokens > 1)
+        await wait_until(pilot, lambda: pane(app).reply is None or stats.stats.tokens > 1)
         app.save_screenshot(str(OUT / "chat-streaming.svg"))
-        await wait_until(pilot, lambda: app.reply is None)
+        await wait_until(pilot, lambda: pane(app).reply is None)
         app.clear_notifications()
 
-        tokens = app.last_reply.tokens
+        tokens = pane(app).last_reply.tokens
         step = most_uncertain_step(tokens)
         app.query_one("#reply-tokens", TokenStrip).cursor = step
         await pilot.pause(0.2)
@@ -143,13 +150,13 @@ async def pick_shot() -> None:
     app = greedy_app(60)
     async with app.run_test(size=SIZE) as pilot:
         await ask(pilot, app, "Describe the sea at night in two sentences.")
-        step = most_uncertain_step(app.last_reply.tokens[:20])
+        step = most_uncertain_step(pane(app).last_reply.tokens[:20])
         app.query_one("#reply-tokens", TokenStrip).cursor = step
         await pilot.pause(0.2)
         app.query_one("#probs").focus()
         await pilot.press("down", "enter")  # the runner-up at the least sure step
-        await wait_until(pilot, lambda: app.reply is not None)
-        await wait_until(pilot, lambda: app.reply is None)
+        await wait_until(pilot, lambda: pane(app).reply is not None)
+        await wait_until(pilot, lambda: pane(app).reply is None)
         app.query_one("#reply-tokens", TokenStrip).cursor = step
         app.query_one("#probs").focus()
         app.clear_notifications()
@@ -199,7 +206,7 @@ async def versus_shot() -> None:
     )
     async with app.run_test(size=SIZE) as pilot:
         app.query_one("#prompt").cursor_blink = False
-        await wait_until(pilot, lambda: len(app.engines) == 2)
+        await wait_until(pilot, lambda: all(s.engine is not None for s in app.slots.values()))
         app.query_one("#prompt").value = "Describe the sea at night in two sentences."
         app.query_one("#prompt").focus()
         await pilot.press("enter")
@@ -221,7 +228,7 @@ async def inside_shot() -> None:
     app = greedy_app(24)
     async with app.run_test(size=(170, 50)) as pilot:
         await ask(pilot, app, "What is the capital of France? Answer in one sentence.")
-        tokens = app.last_reply.tokens
+        tokens = pane(app).last_reply.tokens
         step = next(i for i, t in enumerate(tokens) if b"Paris" in t.piece)
         app.query_one("#reply-tokens", TokenStrip).cursor = step
         app.query_one(TabbedContent).active = "tab-inside"
@@ -248,10 +255,10 @@ async def grammar_shot() -> None:
 
     app = greedy_app(60)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.engine is not None)
-        app.session.grammar = grammar_from_schema_text(GRAMMAR_SCHEMA, "schema city.json")
+        await wait_until(pilot, lambda: app.slot.engine is not None)
+        pane(app).session.grammar = grammar_from_schema_text(GRAMMAR_SCHEMA, "schema city.json")
         await ask(pilot, app, "Tell me about Paris as JSON.")
-        tokens = app.last_reply.tokens
+        tokens = pane(app).last_reply.tokens
         cut = [
             i
             for i, t in enumerate(tokens)

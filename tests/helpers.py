@@ -49,7 +49,7 @@ async def wait_until(pilot, predicate, timeout: float = 20.0) -> None:
 
 async def submit(pilot, app, text: str, load_timeout: float = 60.0) -> None:
     """Put text in the prompt and press Enter once a model is loaded."""
-    await wait_until(pilot, lambda: app.engine is not None, timeout=load_timeout)
+    await wait_until(pilot, lambda: app.slot.engine is not None, timeout=load_timeout)
     prompt = app.query_one("#prompt")
     prompt.text = text
     prompt.focus()
@@ -59,7 +59,7 @@ async def submit(pilot, app, text: str, load_timeout: float = 60.0) -> None:
 async def send(pilot, app, text: str) -> None:
     """Submit text and wait until its reply has begun (or already ended)."""
     await submit(pilot, app, text, load_timeout=20.0)
-    await wait_until(pilot, lambda: app.reply is not None or app.last_reply is not None)
+    await wait_until(pilot, lambda: pane(app).reply is not None or pane(app).last_reply is not None)
 
 
 async def type_text(pilot, app, text: str) -> None:
@@ -276,3 +276,8 @@ GENERATION_PROMPT = {
     "qwen3": "<|im_start|>assistant\n",
     "smollm3": "<|im_start|>assistant\n",
 }
+
+
+def pane(app):
+    """The chat's ConversationPane: the conversation, its session and the live reply."""
+    return app.chat_screen.pane

@@ -125,7 +125,7 @@ async def test_the_chat_tunes_on_first_use_and_says_what_it_chose(
         app.notify = lambda text, **kw: seen.append(text)  # what it says at the end
         await wait_until(pilot, lambda: seen, 240)
         assert seen[0].startswith("tuned: flash attention ") and "saved for this file" in seen[0]
-        assert app.engine.info.tuned
+        assert app.slot.engine.info.tuned
         assert app.query_one(StatsPanel).info.tuned
     assert machine.tuned(model_path)["auto"]
 
@@ -151,7 +151,7 @@ async def test_a_tune_that_crashes_the_worker_is_said_remembered_and_not_run_aga
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: "tuning for this machine" in status_line(app), 120)
         app.notify = lambda text, **kw: said.append((text, kw))
-        os.kill(app.engine.pid, signal.SIGSEGV)
+        os.kill(app.slot.engine.pid, signal.SIGSEGV)
         await wait_until(pilot, lambda: said, 30)
         text, kw = said[0]
         assert kw["title"] == "Tune crashed" and kw["severity"] == "error"

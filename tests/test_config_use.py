@@ -9,7 +9,7 @@ from pathlib import Path
 
 import gguf_builders
 import pytest
-from helpers import FakeEngine, run_cli, wait_until
+from helpers import FakeEngine, pane, run_cli, wait_until
 from scripted_engine import ScriptedEngine
 
 from chatapp import paths
@@ -74,7 +74,7 @@ async def test_model_picker_lists_config_model_dirs(tmp_path):
     options = LoadOptions(model_path=str(smollm2_path()))
     app = ChatApp(lambda: ScriptedEngine(), options=options, config=config)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.engine is not None)
+        await wait_until(pilot, lambda: app.slot.engine is not None)
         await pilot.press("f8")
         await wait_until(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
         picker = app.screen
@@ -149,11 +149,16 @@ async def test_user_presets_are_buttons_beside_the_built_in_ones():
         assert names == [*PRESETS, "code", "my mix"]
         await pilot.click("#preset-code")
         await pilot.pause()
-        assert app.settings.temperature == 0.1 and app.settings.top_k == 7
+        assert (
+            pane(app).session.settings.temperature == 0.1 and pane(app).session.settings.top_k == 7
+        )
         button = next(b for b in app.query("#presets Button") if b.name == "my mix")
         button.press()
         await pilot.pause()
-        assert app.settings.temperature == 1.3 and app.settings.min_p == 0.2
+        assert (
+            pane(app).session.settings.temperature == 1.3
+            and pane(app).session.settings.min_p == 0.2
+        )
 
 
 # ---- [keys] ----------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ terminal's clipboard (Textual's copy_to_clipboard, OSC 52), each with a notice."
 
 from __future__ import annotations
 
-from helpers import SIZE, send, wait_until
+from helpers import SIZE, pane, send, wait_until
 from scripted_engine import ScriptedEngine
 
 from chatapp.chat import copying
@@ -39,10 +39,15 @@ async def test_copy_keys_put_the_text_on_the_clipboard_and_say_so():
         await pilot.press("alt+c")
         assert notices[-1] == "There is no reply to copy yet."
         await send(pilot, app, "Hello there")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
-        app.conversation = [*app.conversation[:-1], ChatMessage("assistant", REPLY)]
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
+        pane(app).session.conversation = [
+            *pane(app).session.conversation[:-1],
+            ChatMessage("assistant", REPLY),
+        ]
         await pilot.press("alt+c")
-        assert app.clipboard == copying.last_reply(app.conversation)
+        assert app.clipboard == copying.last_reply(pane(app).session.conversation)
         assert notices[-1].startswith("copied the reply: ")
         await pilot.press("alt+k")
         assert app.clipboard == "print('a')" and notices[-1].startswith("copied code block 1 of 2")
@@ -72,8 +77,13 @@ async def test_a_reply_too_large_for_the_clipboard_is_not_copied_and_it_says_so(
     async with app.run_test(size=SIZE) as pilot:
         app.notify = lambda text, **kw: said.append((text, kw))
         await send(pilot, app, "Hello there")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
-        app.conversation = [*app.conversation[:-1], ChatMessage("assistant", huge)]
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
+        pane(app).session.conversation = [
+            *pane(app).session.conversation[:-1],
+            ChatMessage("assistant", huge),
+        ]
         await pilot.press("alt+c")
         assert app.clipboard == ""  # nothing sent to the terminal
         text, kw = said[-1]
@@ -82,6 +92,9 @@ async def test_a_reply_too_large_for_the_clipboard_is_not_copied_and_it_says_so(
             "through OSC 52 (its clipboard sequence); `chatapp history show` prints the chat"
         )
         assert kw["title"] == "Not copied" and kw["severity"] == "warning"
-        app.conversation = [*app.conversation[:-1], ChatMessage("assistant", huge[:30_000])]
+        pane(app).session.conversation = [
+            *pane(app).session.conversation[:-1],
+            ChatMessage("assistant", huge[:30_000]),
+        ]
         await pilot.press("alt+c")
         assert app.clipboard == huge[:30_000] and said[-1][0].startswith("copied the reply: ")

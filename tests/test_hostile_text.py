@@ -9,7 +9,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from helpers import SIZE, Host, text_of, wait_until
+from helpers import SIZE, Host, pane, text_of, wait_until
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scripted_engine import ScriptedEngine
@@ -73,14 +73,14 @@ def no_raw_escapes(app) -> None:
 
 
 async def chat_places(pilot, app: ChatApp, text: str, store: Store) -> None:
-    await wait_until(pilot, lambda: app.engine is not None)
+    await wait_until(pilot, lambda: app.slot.engine is not None)
     prompt = app.query_one("#prompt")
     prompt.text = f"say {text}"
     typed = prompt.text
     prompt.focus()
     await pilot.press("enter")
-    await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
-    user, reply = app.chat.items()[-2:]
+    await wait_until(pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None)
+    user, reply = pane(app).chat.items()[-2:]
     assert user.text == typed and reply.text.startswith(" " + text[:100])
     no_raw_escapes(app)
 
@@ -92,24 +92,24 @@ async def chat_places(pilot, app: ChatApp, text: str, store: Store) -> None:
     assert printable(text) in str(app.screen.query(Toast).last().render())
     app.clear_notifications()
 
-    item = await app.chat.add("assistant", f"<think>{text}</think>the answer")
+    item = await pane(app).chat.add("assistant", f"<think>{text}</think>the answer")
     await pilot.pause()
     if item.thinking:
         reasoning = item.query_one(".thinking-text", Static)
         assert shown(reasoning) == printable(item.thinking[-SHOWN_CHARS:])
 
-    probs = app.probs  # picked '…': a candidate whose text is the hostile string
+    probs = app.chat_screen.probs  # picked '…': a candidate whose text is the hostile string
     probs.focus()
     await pilot.pause()
     await pilot.press("down", "enter")
-    await wait_until(pilot, lambda: len(app.engine.requests) == 2 and app.reply is None)
+    await wait_until(pilot, lambda: len(app.slot.engine.requests) == 2 and pane(app).reply is None)
 
     app.query_one(TabbedContent).active = "tab-tokens"
-    app.token_panel.strip.cursor = 0
+    app.chat_screen.token_panel.strip.cursor = 0
     app.query_one(TabbedContent).active = "tab-inside"
     panel = app.query_one(InsidePanel)
     await wait_until(pilot, lambda: panel.inspection is not None)
-    piece = token_display(app.token_panel.reply[0].piece)
+    piece = token_display(app.chat_screen.token_panel.reply[0].piece)
     assert repr(piece) in panel.status
     assert shown(panel.query_one("#inside-status")) == printable(panel.status)
     no_raw_escapes(app)
@@ -117,7 +117,7 @@ async def chat_places(pilot, app: ChatApp, text: str, store: Store) -> None:
     cid = store.create_conversation(text)
     store.add_message(cid, "user", text)
     title = store.get_conversation(cid).title
-    app.action_conversations()
+    app.chat_screen.action_conversations()
     await wait_until(pilot, lambda: isinstance(app.screen, ConversationsScreen))
     screen = app.screen
     await wait_until(pilot, lambda: cid in screen.ids)
@@ -177,7 +177,7 @@ async def test_hostile_text_in_the_chat(text):
         store = Store(Path(folder) / "history.db")
         engine = ScriptedEngine(delay=0, words=[text])
         app = ChatApp(lambda: engine, settings=SamplerSettings(max_tokens=4))
-        app.history = ChatHistory(store, app._warn)
+        pane(app).session.history = ChatHistory(store, app._warn)
         async with app.run_test(size=SIZE, notifications=True) as pilot:
             await chat_places(pilot, app, text, store)
             assert app.is_running
@@ -237,7 +237,7 @@ async def test_hostile_text_side_by_side(text):
     engines = ScriptedEngine(delay=0, words=[text]), ScriptedEngine(delay=0, words=[text])
     app = VersusApp((lambda: engines[0], lambda: engines[1]), (text, text))
     async with app.run_test(size=(160, 44)) as pilot:
-        await wait_until(pilot, lambda: len(app.engines) == 2)
+        await wait_until(pilot, lambda: all(s.engine is not None for s in app.slots.values()))
         box = app.query_one("#prompt")
         box.value = f"say {text}"
         typed = box.value

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from helpers import pane
 from scripted_engine import ScriptedEngine
 
 from chatapp.commands.inside import LAST_LAYER_NOTE, as_dict, as_text, surprise_rows
@@ -253,17 +254,22 @@ async def test_the_inside_tab_captures_the_selected_token_in_a_worker():
     app = ChatApp(lambda: engine)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Hello there")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
         panel = app.query_one(InsidePanel)
         app.query_one(TabbedContent).active = "tab-inside"
         try:
             await wait_until(pilot, lambda: panel.inspection is not None, 5)
         except AssertionError:
             raise AssertionError(panel.status) from None
-        n_prompt, n_reply = len(app.token_panel.prompt), len(app.token_panel.reply)
+        n_prompt, n_reply = (
+            len(app.chat_screen.token_panel.prompt),
+            len(app.chat_screen.token_panel.reply),
+        )
         last = engine.inspections[-1]
         assert last.position == n_prompt + n_reply - 2  # the pass that wrote the latest token
-        assert last.chosen == app.token_panel.reply[-1].id
+        assert last.chosen == app.chat_screen.token_panel.reply[-1].id
         text = panel.render_inspection(panel.inspection).plain
         assert "final" in text and "Attention" in text and "Nearest" in text
         assert "attention sink" in text
@@ -271,10 +277,10 @@ async def test_the_inside_tab_captures_the_selected_token_in_a_worker():
         await pilot.press("]")
         assert panel.layer == 1
         app.query_one(TabbedContent).active = "tab-tokens"
-        app.token_panel.strip.cursor = 2
+        app.chat_screen.token_panel.strip.cursor = 2
         app.query_one(TabbedContent).active = "tab-inside"
         await wait_until(pilot, lambda: engine.inspections[-1].position == n_prompt + 1)
-        assert engine.inspections[-1].chosen == app.token_panel.reply[2].id
+        assert engine.inspections[-1].chosen == app.chat_screen.token_panel.reply[2].id
 
 
 @pytest.mark.slow
@@ -289,12 +295,14 @@ async def test_the_inside_tab_on_the_real_model_explains_the_latest_token(model_
     app = ChatApp(lambda: LocalEngine(LoadOptions(model_path, n_ctx=1024, n_gpu_layers=0)))
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Name a colour.")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None, 60)
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None, 60
+        )
         panel = app.query_one(InsidePanel)
         app.query_one(TabbedContent).active = "tab-inside"
         await wait_until(pilot, lambda: panel.inspection is not None, 60)
         found = panel.inspection
-        assert found.chosen.id == app.token_panel.reply[-1].id
+        assert found.chosen.id == app.chat_screen.token_panel.reply[-1].id
         assert found.lens_ok and found.layers[-1].chosen_rank >= 1
         _check_attention(found)
 
@@ -324,7 +332,9 @@ async def test_h_steps_the_attention_through_each_head_and_back_to_the_mean():
     async with app.run_test(size=SIZE) as pilot:
         assert any(bid == "inside.head" for _, _, bid in help_rows(app))  # F1 lists it
         await send(pilot, app, "Hello there")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
         panel = app.query_one(InsidePanel)
         app.query_one(TabbedContent).active = "tab-inside"
         await wait_until(pilot, lambda: panel.inspection is not None, 5)
@@ -364,8 +374,10 @@ async def test_alt_s_colours_the_reply_by_surprise_and_shows_its_perplexity():
     async with app.run_test(size=SIZE) as pilot:
         assert any(bid == "chat.surprise" for _, _, bid in help_rows(app))  # F1 lists it
         await send(pilot, app, "Hello there")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
-        panel, strip = app.token_panel, app.token_panel.strip
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
+        panel, strip = app.chat_screen.token_panel, app.chat_screen.token_panel.strip
         plain = [strip.render().spans[i].style for i in range(3)]
         await pilot.press("alt+s")
         assert app.query_one(TabbedContent).active == "tab-tokens"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from helpers import wait_until
-from test_snapshots import make_app
+from test_snapshots import make_app, pinned_first_paint  # noqa: F401 (autouse)
 
 
 @pytest.mark.asyncio
@@ -12,10 +12,10 @@ from test_snapshots import make_app
 async def test_f3_hides_or_swaps_the_panels(size):
     app = make_app()
     async with app.run_test(size=size) as pilot:
-        await wait_until(pilot, lambda: app.engine is not None)
+        await wait_until(pilot, lambda: app.slot.engine is not None)
         left, side = app.query_one("#left"), app.query_one("#side")
         narrow = size[0] < 100
-        assert app.narrow == narrow
+        assert app.chat_screen.narrow == narrow
         assert left.display and side.display != narrow
         await pilot.press("f3")
         await pilot.pause()
@@ -34,7 +34,7 @@ async def test_esc_in_the_narrow_panels_goes_back_to_the_chat_and_its_prompt():
     chat back with the prompt focused, so what is typed next is not lost."""
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_until(pilot, lambda: app.engine is not None)
+        await wait_until(pilot, lambda: app.slot.engine is not None)
         await pilot.press("f6")
         await pilot.pause()
         assert app.query_one("#side").display and not app.query_one("#left").display
@@ -52,12 +52,12 @@ async def test_a_resize_that_hides_the_focused_widget_gives_the_focus_to_the_pro
     hidden there, so the focus would sit on a widget nobody sees and keys would go nowhere."""
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_until(pilot, lambda: app.engine is not None)
+        await wait_until(pilot, lambda: app.slot.engine is not None)
         await pilot.press("f6")
         await pilot.pause()
         assert app.focused is app.query_one("#slider-temperature")
         await pilot.resize_terminal(200, 60)
-        await wait_until(pilot, lambda: not app.narrow)
+        await wait_until(pilot, lambda: not app.chat_screen.narrow)
         await pilot.pause()
         prompt = app.query_one("#prompt")
         assert app.focused is prompt

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import SIZE, one_error_line, run_cli, wait_until
+from helpers import SIZE, one_error_line, pane, run_cli, wait_until
 from scripted_engine import ScriptedEngine
 
 from chatapp import paths
@@ -110,7 +110,7 @@ async def test_f2_lists_picks_saves_as_and_deletes():
         assert "delete it there" in str(screen.query_one("#prompt-note").render())
         await pilot.click("#save")
         await wait_until(pilot, lambda: not isinstance(app.screen, SystemPromptScreen))
-        assert app.system_prompt == "You review Python code."
+        assert pane(app).session.system_prompt == "You review Python code."
     assert resolve_system("@pyreview", load_config()[0]) == "You review Python code."
 
 

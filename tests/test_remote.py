@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers import pane
 
 from chatapp.engine.local import machine
 from chatapp.engine.local.engine import LocalEngine
@@ -328,12 +329,14 @@ async def test_tui_chats_over_the_server(server):
     from chatapp.ui.app import ChatApp
 
     app = ChatApp(lambda: RemoteEngine(server, read_timeout=60))
-    app.settings = GREEDY.with_(max_tokens=12)
+    pane(app).session.settings = GREEDY.with_(max_tokens=12)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Say hello.")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None, 60)
-        reply = app.last_reply
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None, 60
+        )
+        reply = pane(app).last_reply
         assert reply.finished is not None and reply.finished.text.strip()
-        assert app.conversation[-1].content == reply.finished.text
-        assert app.probs.candidates, "top_logprobs fill the probability panel"
-        assert app.stats_panel.stats.tokens == len(reply.tokens) > 0
+        assert pane(app).session.conversation[-1].content == reply.finished.text
+        assert app.chat_screen.probs.candidates, "top_logprobs fill the probability panel"
+        assert app.chat_screen.stats_panel.stats.tokens == len(reply.tokens) > 0

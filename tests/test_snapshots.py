@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
-from helpers import SIZE, wait_until
+import pytest
+from helpers import SIZE, pane, wait_until
 from scripted_engine import ScriptedEngine
 
-import chatapp.ui.app
 from chatapp.metrics import GenerationStats
 from chatapp.ui.app import ChatApp
+from chatapp.ui.widgets.conversation import ConversationPane
 
 # The one number of the Speed panel read from the wall clock, pinned where it is measured; the
 # rest (rates, sparkline, the "why" note) reaches the picture through the app's own path.
@@ -20,16 +20,18 @@ FIRST_PAINT_S = 0.051
 GAPS = tuple(1 / (80.0 + (i * 7) % 30) for i in range(36))
 
 
-class PinnedPaintApp(ChatApp):
-    """The chat app with each reply's first paint FIRST_PAINT_S after its submit (and before
-    the reply ends: the scripted engine waits for it)."""
+@pytest.fixture(autouse=True)
+def pinned_first_paint(monkeypatch):
+    """Each reply's first paint FIRST_PAINT_S after its submit (and before the reply ends: the
+    scripted engine waits for it)."""
+    measured = ConversationPane._record_first_paint
 
-    CSS_PATH = Path(chatapp.ui.app.__file__).with_name(ChatApp.CSS_PATH)
-
-    def _record_first_paint(self, reply) -> None:
+    def pinned(pane: ConversationPane, reply) -> None:
         reply.submitted = time.perf_counter() - FIRST_PAINT_S
-        super()._record_first_paint(reply)
-        self.engine.paint_gate.set()
+        measured(pane, reply)
+        pane.slot.engine.paint_gate.set()
+
+    monkeypatch.setattr(ConversationPane, "_record_first_paint", pinned)
 
 
 def pinned_engine(**kwargs) -> ScriptedEngine:
@@ -47,11 +49,11 @@ async def _steady(pilot) -> None:
 async def _after_reply(pilot) -> None:
     app: ChatApp = pilot.app
     await _steady(pilot)
-    await wait_until(pilot, lambda: app.engine is not None)
+    await wait_until(pilot, lambda: app.slot.engine is not None)
     prompt = app.query_one("#prompt")
     prompt.text = "Describe the sea at night."
     await pilot.press("enter")
-    await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+    await wait_until(pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None)
     app.clear_notifications()
     await pilot.pause()
 
@@ -72,7 +74,7 @@ FINISHED = GenerationStats(
 
 def make_app() -> ChatApp:
     engine = pinned_engine()
-    return PinnedPaintApp(lambda: engine, model_label="scripted.gguf")
+    return ChatApp(lambda: engine, model_label="scripted.gguf")
 
 
 def test_main_screen_after_a_reply(snap_compare):
@@ -130,7 +132,7 @@ def test_a_thinking_models_reply_with_its_reasoning_folded(snap_compare, monkeyp
     words = ["<think>", "The", "user", "asks", "about", "the", "sea", ".", "</think>"]
     words += "The sea at night is dark and calm .".split()
     engine = pinned_engine(words=words)
-    app = PinnedPaintApp(
+    app = ChatApp(
         lambda: engine,
         model_label="scripted.gguf",
         settings=SamplerSettings(max_tokens=len(words)),
@@ -150,7 +152,9 @@ def test_a_picked_token_makes_a_second_branch(snap_compare):
         app: ChatApp = pilot.app
         app.query_one("#probs").focus()
         await pilot.press("down", "down", "enter")
-        await wait_until(pilot, lambda: len(app.session.branch_points()) == 1 and app.reply is None)
+        await wait_until(
+            pilot, lambda: len(pane(app).session.branch_points()) == 1 and pane(app).reply is None
+        )
         app.clear_notifications()
         await pilot.pause()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from helpers import pane
 from scripted_engine import ScriptedEngine
 
 from chatapp.chat.session import ChatSession
@@ -118,25 +119,25 @@ async def test_the_tui_streams_reasoning_into_a_block_that_folds_and_is_saved(tm
     engine = ScriptedEngine(delay=0.25, words=words)  # (slow: the open block is seen)
     app = ChatApp(lambda: engine, settings=SamplerSettings(max_tokens=len(words)))
     store = Store(tmp_path / "history.db")
-    app.history = ChatHistory(store, app._warn)
+    pane(app).session.history = ChatHistory(store, app._warn)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "What is 2+2?")
-        item = app.chat.items()[-1]
+        item = pane(app).chat.items()[-1]
         await wait_until(pilot, lambda: item.query(Collapsible))
         block = item.query_one(Collapsible)
         assert not block.collapsed  # open while the model thinks
-        await wait_until(pilot, lambda: app.reply is None)
+        await wait_until(pilot, lambda: pane(app).reply is None)
         assert block.collapsed and block.title.startswith("Thinking · 5 tokens")
         assert "let me see" in str(block.query_one(".thinking-text", Static).content)
         assert item.text.strip() == "The answer is four ." and "<think>" not in item.text
-        assert app.conversation[-1].content.strip() == "The answer is four ."
-        saved = store.messages(app.history.conversation_id)[-1]
+        assert pane(app).session.conversation[-1].content.strip() == "The answer is four ."
+        saved = store.messages(pane(app).session.history.conversation_id)[-1]
         assert saved.text.lstrip().startswith("<think>") and "four" in saved.text
         # a saved conversation shows its reasoning folded again
-        await app.action_new_chat()
-        await app.resume(saved.conversation_id)
+        await app.chat_screen.action_new_chat()
+        await app.chat_screen.resume(saved.conversation_id)
         await pilot.pause(0.2)
-        again = app.chat.items()[-1]
+        again = pane(app).chat.items()[-1]
         assert again.query_one(Collapsible).collapsed and "<think>" not in again.text
 
 
@@ -190,15 +191,15 @@ async def test_ctrl_b_switches_thinking_for_the_next_request():
     app = ChatApp(lambda: engine, settings=SamplerSettings(max_tokens=2))
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "one")
-        await wait_until(pilot, lambda: app.reply is None)
+        await wait_until(pilot, lambda: pane(app).reply is None)
         assert engine.requests[-1].enable_thinking is None  # the template's own default
         await pilot.press("ctrl+b")
         assert "thinking off" in str(app.query_one("#status-line").content)
         await send(pilot, app, "two")
-        await wait_until(pilot, lambda: app.reply is None and len(engine.requests) == 2)
+        await wait_until(pilot, lambda: pane(app).reply is None and len(engine.requests) == 2)
         assert engine.requests[-1].enable_thinking is False
         await pilot.press("ctrl+b")
-        assert app.session.enable_thinking is True
+        assert pane(app).session.enable_thinking is True
 
 
 def test_the_think_key_in_config_is_read_and_written_back(tmp_path):

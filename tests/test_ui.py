@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from helpers import SIZE, send, wait_until
+from helpers import SIZE, pane, send, wait_until
 from scripted_engine import WORDS, ScriptedEngine
 
 from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
 from chatapp.ui.app import ChatApp
+from chatapp.ui.screens.chat import ChatScreen
 from chatapp.ui.screens.help import HelpScreen
 from chatapp.ui.widgets.sampler import Slider
 from chatapp.ui.widgets.tokens import TokenStrip
@@ -19,19 +20,25 @@ async def test_send_streams_reply_and_updates_panels():
     app = ChatApp(lambda: engine)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Hello there")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
-        assert [m.role for m in app.conversation] == ["user", "assistant"]
-        assert app.conversation[-1].content.startswith(" The sea is calm")
-        items = app.chat.items()
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
+        assert [m.role for m in pane(app).session.conversation] == ["user", "assistant"]
+        assert pane(app).session.conversation[-1].content.startswith(" The sea is calm")
+        items = pane(app).chat.items()
         assert [i.role for i in items] == ["user", "assistant"]
-        assert items[-1].text == app.conversation[-1].content
+        assert items[-1].text == pane(app).session.conversation[-1].content
         assert "stop: eog" in items[-1].footer
-        assert app.probs.candidates and app.probs.chosen is not None
-        assert len(app.token_panel.strip.tokens) == len(app.last_reply.tokens) == 2 * len(WORDS)
-        stats = app.stats_panel.stats
+        assert app.chat_screen.probs.candidates and app.chat_screen.probs.chosen is not None
+        assert (
+            len(app.chat_screen.token_panel.strip.tokens)
+            == len(pane(app).last_reply.tokens)
+            == 2 * len(WORDS)
+        )
+        stats = app.chat_screen.stats_panel.stats
         assert stats.tokens == 2 * len(WORDS) and stats.stop_reason == "eog"
         assert stats.ttft_s is not None and stats.first_paint_s is not None
-        assert app.token_panel.prompt, "the templated prompt tokens are kept"
+        assert app.chat_screen.token_panel.prompt, "the templated prompt tokens are kept"
 
 
 async def test_escape_stops_the_reply():
@@ -39,12 +46,14 @@ async def test_escape_stops_the_reply():
     app = ChatApp(lambda: engine)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Go on")
-        await wait_until(pilot, lambda: app.reply is not None and len(app.reply.tokens) >= 2)
+        await wait_until(
+            pilot, lambda: pane(app).reply is not None and len(pane(app).reply.tokens) >= 2
+        )
         await pilot.press("escape")
-        await wait_until(pilot, lambda: app.reply is None)
-        assert app.last_reply.finished.reason == "cancelled"
-        assert len(app.last_reply.tokens) < 2 * len(WORDS)
-        assert app.conversation[-1].role == "assistant"
+        await wait_until(pilot, lambda: pane(app).reply is None)
+        assert pane(app).last_reply.finished.reason == "cancelled"
+        assert len(pane(app).last_reply.tokens) < 2 * len(WORDS)
+        assert pane(app).session.conversation[-1].role == "assistant"
 
 
 async def test_slider_mid_reply_reaches_the_engine_and_is_recorded():
@@ -52,20 +61,20 @@ async def test_slider_mid_reply_reaches_the_engine_and_is_recorded():
     app = ChatApp(lambda: engine)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Go on")
-        await wait_until(pilot, lambda: (app.reply or app.last_reply).tokens[3:])
-        assert app.reply is not None, "the reply must still be streaming"
+        await wait_until(pilot, lambda: (pane(app).reply or pane(app).last_reply).tokens[3:])
+        assert pane(app).reply is not None, "the reply must still be streaming"
         slider = app.query_one("#slider-temperature", Slider)
         slider.focus()
         await pilot.press("left", "left")
-        await wait_until(pilot, lambda: app.reply is None)
-        changes = app.last_reply.settings_changes
+        await wait_until(pilot, lambda: pane(app).reply is None)
+        changes = pane(app).last_reply.settings_changes
         assert changes, "the reply recorded when the new settings took effect"
         index, settings = changes[-1]
         assert settings.temperature == pytest.approx(0.7)
         assert 3 <= index < 2 * len(WORDS)
-        status = str(app.sampler.query_one("#sampler-status").render())
+        status = str(app.chat_screen.sampler.query_one("#sampler-status").render())
         assert status.startswith("applied from token")
-        footer = app.chat.items()[-1].footer
+        footer = pane(app).chat.items()[-1].footer
         assert "settings changed at token" in footer
 
 
@@ -74,19 +83,21 @@ async def test_rewind_resamples_from_the_selected_token():
     app = ChatApp(lambda: engine)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Hello")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
-        first_ids = [t.id for t in app.last_reply.tokens]
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
+        first_ids = [t.id for t in pane(app).last_reply.tokens]
         app.query_one("#tabs").active = "tab-tokens"
         strip = app.query_one("#reply-tokens", TokenStrip)
         strip.cursor = 5
         await pilot.pause()
-        assert app.probs.step == 5
-        assert app.probs.chosen == first_ids[5]
+        assert app.chat_screen.probs.step == 5
+        assert app.chat_screen.probs.chosen == first_ids[5]
         await pilot.press("ctrl+w")
-        await wait_until(pilot, lambda: len(engine.requests) == 2 and app.reply is None)
+        await wait_until(pilot, lambda: len(engine.requests) == 2 and pane(app).reply is None)
         assert engine.requests[-1].reply_prefix_ids == tuple(first_ids[:5])
-        assert len(app.chat.items()) == 2, "the reply is replaced, not duplicated"
-        assert [t.id for t in app.last_reply.tokens][:5] == first_ids[:5]
+        assert len(pane(app).chat.items()) == 2, "the reply is replaced, not duplicated"
+        assert [t.id for t in pane(app).last_reply.tokens][:5] == first_ids[:5]
 
 
 async def test_regenerate_edit_continue_and_new_chat():
@@ -94,21 +105,23 @@ async def test_regenerate_edit_continue_and_new_chat():
     app = ChatApp(lambda: engine)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "First question")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
         await pilot.press("ctrl+r")
-        await wait_until(pilot, lambda: len(engine.requests) == 2 and app.reply is None)
-        assert [m.role for m in app.conversation] == ["user", "assistant"]
+        await wait_until(pilot, lambda: len(engine.requests) == 2 and pane(app).reply is None)
+        assert [m.role for m in pane(app).session.conversation] == ["user", "assistant"]
         await pilot.press("ctrl+e")
         await pilot.pause()
         assert app.query_one("#prompt").text == "First question"
-        assert app.conversation == []
+        assert pane(app).session.conversation == []
         app.query_one("#prompt").text = "Second question"
         await pilot.press("enter")
-        await wait_until(pilot, lambda: len(engine.requests) == 3 and app.reply is None)
-        assert app.conversation[0].content == "Second question"
+        await wait_until(pilot, lambda: len(engine.requests) == 3 and pane(app).reply is None)
+        assert pane(app).session.conversation[0].content == "Second question"
         await pilot.press("ctrl+n")
         await pilot.pause()
-        assert app.conversation == [] and app.chat.items() == []
+        assert pane(app).session.conversation == [] and pane(app).chat.items() == []
 
 
 async def test_engine_error_keeps_the_conversation():
@@ -116,11 +129,13 @@ async def test_engine_error_keeps_the_conversation():
     app = ChatApp(lambda: engine)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "A very long prompt")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
         status = str(app.query_one("#status-line").render())
         assert "context holds 2048" in status
-        assert app.conversation[0].content == "A very long prompt"
-        assert "error" in app.chat.items()[-1].classes
+        assert pane(app).session.conversation[0].content == "A very long prompt"
+        assert "error" in pane(app).chat.items()[-1].classes
 
 
 async def test_bad_model_file_is_a_clear_error_and_typing_still_works(tmp_path):
@@ -154,7 +169,7 @@ async def test_theme_switch_is_remembered():
 async def test_tokenizer_box_tokenizes_typed_text():
     app = ChatApp(lambda: ScriptedEngine())
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.engine is not None)
+        await wait_until(pilot, lambda: app.slot.engine is not None)
         app.query_one("#tabs").active = "tab-tokens"
         await pilot.pause()
         box = app.query_one("#tokenizer-input")
@@ -171,7 +186,7 @@ async def test_help_screen_lists_every_binding():
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
         listed = {row[2] for row in app.screen.rows}
-        for binding in ChatApp.BINDINGS:
+        for binding in ChatScreen.BINDINGS:
             assert binding.id and binding.id in listed
         await pilot.press("escape")
         await pilot.pause()
@@ -186,28 +201,32 @@ async def test_real_model_send_stream_and_stop(model_path):
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Write a long story about a lighthouse keeper.")
         await wait_until(
-            pilot, lambda: app.reply is not None and len(app.reply.tokens) >= 5, timeout=60
+            pilot,
+            lambda: pane(app).reply is not None and len(pane(app).reply.tokens) >= 5,
+            timeout=60,
         )
         await pilot.press("escape")
-        await wait_until(pilot, lambda: app.reply is None, timeout=30)
-        reply = app.last_reply
+        await wait_until(pilot, lambda: pane(app).reply is None, timeout=30)
+        reply = pane(app).last_reply
         assert reply.finished is not None and reply.finished.reason == "cancelled"
         assert reply.item.text == reply.finished.text and reply.finished.text.strip()
-        assert app.probs.candidates
+        assert app.chat_screen.probs.candidates
         # a rate, whatever the machine's load (a busy 2-core host decodes well under 1 t/s
         # at times): behaviour, never a speed bound
-        stats = app.stats_panel.stats
+        stats = app.chat_screen.stats_panel.stats
         assert stats.decode_tps is not None and stats.decode_tps > 0
-        assert stats.completion_tokens >= 5
-        assert len(app.token_panel.prompt) > 10
-        assert any(t.piece == b"<|im_start|>" for t in app.token_panel.prompt)
+        assert stats.tokens >= 5
+        assert len(app.chat_screen.token_panel.prompt) > 10
+        assert any(t.piece == b"<|im_start|>" for t in app.chat_screen.token_panel.prompt)
         # A second turn works on the same worker and reuses the KV cache.
-        app.settings = app.settings.with_(max_tokens=8)
+        pane(app).session.settings = pane(app).session.settings.with_(max_tokens=8)
         await send(pilot, app, "Thanks!")
         await wait_until(
-            pilot, lambda: app.reply is None and len(app.conversation) == 4, timeout=60
+            pilot,
+            lambda: pane(app).reply is None and len(pane(app).session.conversation) == 4,
+            timeout=60,
         )
-        assert app.stats_panel.stats.prompt_reused > 0
+        assert app.chat_screen.stats_panel.stats.prompt_reused > 0
 
 
 async def test_side_panels_redraw_at_most_every_panel_interval_and_end_complete():
@@ -215,35 +234,39 @@ async def test_side_panels_redraw_at_most_every_panel_interval_and_end_complete(
     app = ChatApp(lambda: engine)
     redraws: list[int] = []
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.engine is not None)
-        original = app.panels.refresh
+        await wait_until(pilot, lambda: app.slot.engine is not None)
+        original = pane(app).panels.refresh
 
         def counted() -> None:
-            redraws.append(len(app.panels.unshown))
+            redraws.append(len(pane(app).panels.unshown))
             original()
 
-        app.panels.refresh = counted
+        pane(app).panels.refresh = counted
         await send(pilot, app, "Tell me more")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
-        reply = app.last_reply
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
+        reply = pane(app).last_reply
         assert len(reply.tokens) == 2 * len(WORDS) * 6
-        batches = len(app.paint_log)
+        batches = len(pane(app).paint_log)
         # the UI's own clock: on a loaded machine it paints later than the tokens were made
-        span = app.paint_log[-1][0] - app.paint_log[0][0]
+        span = pane(app).paint_log[-1][0] - pane(app).paint_log[0][0]
         # at most one redraw per interval (plus the first token and the finish)
-        assert len(redraws) <= span / app.cadence.panels_s + 3 < batches
+        assert len(redraws) <= span / app.slot.cadence.panels_s + 3 < batches
         # and once the reply is done every panel shows all of it
-        assert len(app.token_panel.strip.tokens) == len(reply.tokens)
-        assert app.probs.chosen == reply.tokens[-1].id
-        assert app.stats_panel.stats.tokens == len(reply.tokens)
+        assert len(app.chat_screen.token_panel.strip.tokens) == len(reply.tokens)
+        assert app.chat_screen.probs.chosen == reply.tokens[-1].id
+        assert app.chat_screen.stats_panel.stats.tokens == len(reply.tokens)
 
 
 async def test_finished_messages_are_two_widgets_and_follow_the_theme():
     app = ChatApp(lambda: ScriptedEngine())
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Hello there")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
-        item = app.chat.items()[-1]
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
+        item = pane(app).chat.items()[-1]
         assert len(list(item.query("*"))) == 1  # the body Static holds role, text and footer
 
         def role_colour():
@@ -304,24 +327,28 @@ async def test_a_continued_reply_hides_its_old_stats_line_until_it_is_done():
     app = ChatApp(lambda: engine, settings=SamplerSettings(max_tokens=6))
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Go on")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
-        item = app.chat.items()[-1]
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
+        item = pane(app).chat.items()[-1]
         assert "6 tokens · stop: max" in item.footer
 
         def shown() -> str:
             return "".join(str(r) for r in item.query_one(".body").content.renderables)
 
         await pilot.press("ctrl+o")
-        await wait_until(pilot, lambda: app.reply is not None and len(app.reply.tokens) > 8)
+        await wait_until(
+            pilot, lambda: pane(app).reply is not None and len(pane(app).reply.tokens) > 8
+        )
         assert "stop:" not in shown()  # the old stats line is not above the streamed text
-        await wait_until(pilot, lambda: app.reply is None)
+        await wait_until(pilot, lambda: pane(app).reply is None)
         assert "12 tokens · stop: max" in shown()
 
 
 async def test_a_failed_background_task_is_one_readable_line():
     app = ChatApp(lambda: ScriptedEngine())
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.engine is not None)  # set on the UI's own thread
+        await wait_until(pilot, lambda: app.slot.engine is not None)  # set on the UI's own thread
 
         def broken() -> None:
             raise OSError("the disk went away")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 
-from helpers import SIZE, bundled, status, submit, wait_until
+from helpers import SIZE, bundled, pane, status, submit, wait_until
 from scripted_engine import ScriptedEngine
 
 from chatapp.ui.app import ChatApp
@@ -14,7 +14,9 @@ from chatapp.ui.app import ChatApp
 async def read(pilot, app) -> None:
     """Wait until the files asked for are read and counted (a thread does it)."""
     await pilot.pause()
-    await wait_until(pilot, lambda: not app.attached.reading and not app.attached.trimming)
+    await wait_until(
+        pilot, lambda: not pane(app).attached.reading and not pane(app).attached.trimming
+    )
     await pilot.pause()
 
 
@@ -38,15 +40,17 @@ async def test_file_lines_attach_show_tokens_and_go_with_the_message(tmp_path):
         assert "notes.txt 8 tok · add.py 10 tok" in title and title.endswith(": fits"), title
         await submit(pilot, app, f"/file {blob}")
         await read(pilot, app)
-        assert "blob.bin is a binary file" in status(app) and len(app.attached.files) == 2
+        assert "blob.bin is a binary file" in status(app) and len(pane(app).attached.files) == 2
         prompt.text = "Review these"
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
         sent = engine.requests[-1].messages[-1].content
         assert sent.startswith("Review these\n\n" + f"{notes}\n```\nthe tide")
         assert f"{code}\n```python\ndef add" in sent
-        assert not prompt.border_title and app.attached.files == []
-        assert app.chat.items()[0].text == sent  # the chat shows what the model read
+        assert not prompt.border_title and pane(app).attached.files == []
+        assert pane(app).chat.items()[0].text == sent  # the chat shows what the model read
         await submit(pilot, app, f"/file {big}")
         await read(pilot, app)
         assert "too big" in str(prompt.border_title)
@@ -55,7 +59,7 @@ async def test_file_lines_attach_show_tokens_and_go_with_the_message(tmp_path):
         assert "but the context holds 2,048" in status(app)  # one sentence with the numbers
         assert prompt.text == "Summarize it" and len(engine.requests) == 1  # nothing lost
         await submit(pilot, app, "/detach")
-        assert app.attached.files == [] and not prompt.border_title
+        assert pane(app).attached.files == [] and not prompt.border_title
 
 
 async def test_the_file_picker_attaches_files_one_after_another(tmp_path, monkeypatch):
@@ -70,7 +74,7 @@ async def test_the_file_picker_attaches_files_one_after_another(tmp_path, monkey
     engine = ScriptedEngine()
     app = ChatApp(lambda: engine)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.engine is not None)
+        await wait_until(pilot, lambda: app.slot.engine is not None)
         await pilot.press("alt+f")
         await wait_until(pilot, lambda: isinstance(app.screen, FilePickerScreen))
         tree = app.screen.query_one(DirectoryTree)
@@ -83,7 +87,7 @@ async def test_the_file_picker_attaches_files_one_after_another(tmp_path, monkey
         note = str(app.screen.query_one("#picker-note").render())
         assert "c.bin is a binary file" in note  # refused in one sentence, nothing attached
         await pilot.press("escape")
-        names = [f.name for f in app.attached.files]  # the paths the tree gave
+        names = [f.name for f in pane(app).attached.files]  # the paths the tree gave
         assert names == [str(tmp_path / "a.txt"), str(tmp_path / "b.md")]
         prompt = app.query_one("#prompt")
         assert "a.txt" in str(prompt.border_title) and "b.md" in str(prompt.border_title)
@@ -101,13 +105,15 @@ async def test_trim_sends_only_the_start_of_files_too_big_for_the_context(tmp_pa
         assert "too big" in str(prompt.border_title)
         await submit(pilot, app, "Summarise this\n/trim")
         await pilot.pause()
-        await wait_until(pilot, lambda: not app.attached.trimming)
+        await wait_until(pilot, lambda: not pane(app).attached.trimming)
         assert prompt.text == "Summarise this" and "fits" in str(prompt.border_title)
         assert "files cut to what fits" in status(app)
-        (cut,) = app.attached.files
+        (cut,) = pane(app).attached.files
         assert "[cut here: the first " in cut.text and cut.text.startswith("word0 word1")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
         sent = engine.requests[-1].messages[-1].content
         assert sent.startswith("Summarise this") and "[cut here: the first " in sent
 
@@ -122,9 +128,11 @@ async def test_file_stdin_in_the_chat_is_one_sentence_and_the_app_keeps_answerin
         assert "stdin is not available inside the chat" in status(app)
         assert "chatapp ask --file -" in status(app)
         prompt = app.query_one("#prompt")
-        assert prompt.text == "What is this?" and app.attached.files == []
+        assert prompt.text == "What is this?" and pane(app).attached.files == []
         await pilot.press("enter")  # the message goes on without it
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
         assert engine.requests[-1].messages[-1].content == "What is this?"
 
 
@@ -164,7 +172,7 @@ async def test_a_file_that_cannot_fit_is_refused_from_its_size_unread(tmp_path):
         line = status(app)
         assert "big.txt is 1,000,000 bytes, more than the 1,536 tokens a message may take" in line
         assert "load the model with a larger --ctx" in line and "nothing was attached" in line
-        assert app.attached.files == [] and not app.query_one("#prompt").border_title
+        assert pane(app).attached.files == [] and not app.query_one("#prompt").border_title
 
 
 async def test_the_app_keeps_answering_while_a_big_file_is_counted(tmp_path):
@@ -183,7 +191,7 @@ async def test_the_app_keeps_answering_while_a_big_file_is_counted(tmp_path):
         await pilot.press("h", "i")
         seen = len(ticks)
         await wait_until(pilot, lambda: len(ticks) > seen + 2)  # a timer fires meanwhile
-        assert prompt.text == "hi" and app.attached.reading == [str(big)]
+        assert prompt.text == "hi" and pane(app).attached.reading == [str(big)]
         await pilot.press("enter")
         await pilot.pause()
         assert "big.txt is still being read" in status(app) and engine.requests == []
@@ -197,4 +205,4 @@ async def test_the_app_keeps_answering_while_a_big_file_is_counted(tmp_path):
         engine.gate.set()
         await wait_until(pilot, lambda: engine.long_ones == 2)
         await pilot.pause()
-        assert app.attached.files == [] and not prompt.border_title
+        assert pane(app).attached.files == [] and not prompt.border_title

@@ -258,7 +258,7 @@ async def test_f10_compares_with_configs_gpu_layers_threads_flash_attn_repack(mo
     assert done.value.code in (0, None) and len(built) == 1
     options, kwargs = built[0]
     app = launch.build_app(options, **kwargs)
-    app.engine_factory = lambda: TextEngine(options)  # no worker: the screen is the point
+    app.slot.factory = lambda: TextEngine(options)  # no worker: the screen is the point
     seen = []
 
     def fake_compare(files, **kw):

@@ -11,7 +11,7 @@ from pathlib import Path
 import gguf_builders
 import pytest
 from fake_hub import FakeHub
-from helpers import send, wait_until
+from helpers import pane, send, wait_until
 from scripted_engine import ScriptedEngine
 from test_sources import ollama_blob, ollama_manifest
 from test_ui_models import Host
@@ -74,7 +74,7 @@ def status(app: ChatApp) -> Static:
 
 
 async def open_get_view(pilot, app: ChatApp) -> tuple[ModelPickerScreen, GetModelsView]:
-    await wait_until(pilot, lambda: app.engine is not None)
+    await wait_until(pilot, lambda: app.slot.engine is not None)
     await pilot.press("f8")
     await wait_until(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
     picker = app.screen
@@ -145,7 +145,9 @@ async def test_a_download_shows_progress_lets_the_chat_go_on_and_is_selected_in_
         assert line.startswith("↓ ") and "% tiny-Q8_0.gguf · Esc stops · " in line
         assert line.endswith(" left") and "MB/2.6 MB, " in line
         await send(pilot, app, "Hello")  # the chat answers meanwhile
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
         assert app.downloads.running  # still going (throttled)
         await wait_until(pilot, lambda: not app.downloads.running, timeout=30)
         await wait_until(pilot, lambda: app.downloads.latest is not None)
@@ -284,7 +286,7 @@ async def test_f10_takes_names_as_well_as_paths(hub):
     got = pull(f"{REPO}:Q2_K")
     app = chat_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_until(pilot, lambda: app.engine is not None)
+        await wait_until(pilot, lambda: app.slot.engine is not None)
         app.action_compare_models([f"{REPO}:q2_k"])
         await wait_until(
             pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.is_mounted

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import SIZE, send, status, wait_until
+from helpers import SIZE, pane, send, status, wait_until
 from scripted_engine import ScriptedEngine
 
 from chatapp.ui.app import ChatApp
@@ -30,19 +30,23 @@ async def test_a_schema_for_the_conversation_reaches_every_request_and_shows(tmp
         box.value = str(schema)
         await pilot.press("enter")
         await wait_until(pilot, lambda: not isinstance(app.screen, GrammarScreen))
-        assert app.session.grammar is not None and "root ::=" in app.session.grammar.gbnf
+        assert (
+            pane(app).session.grammar is not None and "root ::=" in pane(app).session.grammar.gbnf
+        )
         assert status(app).startswith("⊘ schema person.json")
         await send(pilot, app, "Who?")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
-        assert engine.requests[-1].grammar == app.session.grammar
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
+        assert engine.requests[-1].grammar == pane(app).session.grammar
         assert "⊘ schema person.json" in status(app)  # still there after the reply
-        drawn = str(app.probs.render())
+        drawn = str(app.chat_screen.probs.render())
         assert "⊘ cut by the grammar" in drawn and drawn.count("⊘") == 2
         await pilot.press("alt+g")
         await wait_until(pilot, lambda: isinstance(app.screen, GrammarScreen))
         await pilot.click("#clear")
         await wait_until(pilot, lambda: not isinstance(app.screen, GrammarScreen))
-        assert app.session.grammar is None and "⊘" not in status(app)
+        assert pane(app).session.grammar is None and "⊘" not in status(app)
 
 
 async def test_a_malformed_schema_in_the_dialog_is_one_sentence_and_the_app_stays(tmp_path):
@@ -70,4 +74,4 @@ async def test_a_malformed_schema_in_the_dialog_is_one_sentence_and_the_app_stay
             assert words in error, error
         await pilot.press("escape")
         await wait_until(pilot, lambda: not isinstance(app.screen, GrammarScreen))
-        assert app.session.grammar is None
+        assert pane(app).session.grammar is None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helpers import SIZE, send, wait_until
+from helpers import SIZE, pane, send, wait_until
 from scripted_engine import ScriptedEngine
 
 from chatapp.chat.recorder import ChatHistory
@@ -14,7 +14,7 @@ from chatapp.ui.screens.conversations import ConversationsScreen
 def make_app(tmp_path, engine=None) -> tuple[ChatApp, Store]:
     store = Store(tmp_path / "history.db")
     app = ChatApp(lambda: engine or ScriptedEngine())
-    app.history = ChatHistory(store, app._warn)
+    pane(app).session.history = ChatHistory(store, app._warn)
     return app, store
 
 
@@ -22,14 +22,16 @@ async def test_turns_and_replies_are_saved_with_stats(tmp_path):
     app, store = make_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Tell me about the sea")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
         (conv,) = store.list_conversations()
         assert conv.title == "Tell me about the sea"
         msgs = store.messages(conv.id)
         assert [m.role for m in msgs] == ["user", "assistant"]
-        assert msgs[1].text == app.conversation[-1].content
+        assert msgs[1].text == pane(app).session.conversation[-1].content
         assert msgs[1].status == "complete" and msgs[1].stop_reason == "eog"
-        assert msgs[1].completion_tokens == len(app.last_reply.tokens)
+        assert msgs[1].completion_tokens == len(pane(app).last_reply.tokens)
         assert msgs[1].model is not None and msgs[1].model.quant == "Q4_1"
 
 
@@ -38,14 +40,16 @@ async def test_reply_row_exists_while_streaming_and_stop_marks_it(tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Go on")
         await wait_until(
-            pilot, lambda: app.reply is not None and len(app.reply.tokens) >= 16, timeout=30
+            pilot,
+            lambda: pane(app).reply is not None and len(pane(app).reply.tokens) >= 16,
+            timeout=30,
         )
         conv = store.list_conversations()[0]
         streaming = store.messages(conv.id)[-1]
         assert streaming.role == "assistant" and streaming.status == "streaming"
         assert streaming.text, "the partial reply is saved at least every second"
         await pilot.press("escape")
-        await wait_until(pilot, lambda: app.reply is None)
+        await wait_until(pilot, lambda: pane(app).reply is None)
         final = store.messages(conv.id)[-1]
         assert final.status == "interrupted" and final.stop_reason == "cancelled"
 
@@ -55,24 +59,26 @@ async def test_regenerate_replaces_the_stored_reply(tmp_path):
     app, store = make_app(tmp_path, engine)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Hello")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
-        first = app.last_reply
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
+        first = pane(app).last_reply
         engine.words = "A second and different reply".split()  # so the stored text tells them apart
         await pilot.press("ctrl+r")
         # the regenerated reply, not the first one (finished before ctrl+r acts)
         await wait_until(
             pilot,
             lambda: (
-                app.reply is None
-                and app.last_reply is not first
-                and app.last_reply.finished is not None
+                pane(app).reply is None
+                and pane(app).last_reply is not first
+                and pane(app).last_reply.finished is not None
             ),
         )
         assert len(engine.requests) == 2
         conv = store.list_conversations()[0]
         msgs = store.messages(conv.id)
         assert [m.role for m in msgs] == ["user", "assistant"]
-        assert msgs[1].text == app.conversation[-1].content
+        assert msgs[1].text == pane(app).session.conversation[-1].content
         assert msgs[1].text.startswith(" A second and different reply")
 
 
@@ -83,22 +89,24 @@ async def test_conversation_list_opens_a_saved_chat(tmp_path):
     rid = store.begin_reply(cid)
     store.finish_reply(rid, "A tower with a light.", "complete", stop_reason="eog")
     app = ChatApp(lambda: ScriptedEngine())
-    app.history = ChatHistory(store, app._warn)
+    pane(app).session.history = ChatHistory(store, app._warn)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.engine is not None)
+        await wait_until(pilot, lambda: app.slot.engine is not None)
         await pilot.press("f7")
         await pilot.pause()
         assert isinstance(app.screen, ConversationsScreen)
         await pilot.press("enter")
-        await wait_until(pilot, lambda: len(app.conversation) == 2)
-        assert app.system_prompt == "Be brief."
-        assert [i.text for i in app.chat.items()] == [
+        await wait_until(pilot, lambda: len(pane(app).session.conversation) == 2)
+        assert pane(app).session.system_prompt == "Be brief."
+        assert [i.text for i in pane(app).chat.items()] == [
             "What is a lighthouse?",
             "A tower with a light.",
         ]
-        assert "stop: eog" in app.chat.items()[1].footer
+        assert "stop: eog" in pane(app).chat.items()[1].footer
         await send(pilot, app, "And a lightship?")
-        await wait_until(pilot, lambda: app.reply is None and len(app.conversation) == 4)
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and len(pane(app).session.conversation) == 4
+        )
         assert len(store.messages(cid)) == 4, "the resumed chat goes on in the same conversation"
 
 
@@ -108,7 +116,7 @@ async def test_history_search_and_delete_with_confirmation(tmp_path):
         cid = store.create_conversation(title)
         store.add_message(cid, "user", f"about {title.lower()}")
     app = ChatApp(lambda: ScriptedEngine())
-    app.history = ChatHistory(store, app._warn)
+    pane(app).session.history = ChatHistory(store, app._warn)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f7")
         await pilot.pause()
@@ -130,7 +138,9 @@ async def test_a_broken_store_warns_once_and_the_chat_goes_on(tmp_path):
         store.close()
         (tmp_path / "history.db").unlink()
         await send(pilot, app, "Still here?")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None)
-        assert app.conversation[0].content == "Still here?"
-        assert app.conversation[-1].role == "assistant"
-        assert app.history._failed
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
+        )
+        assert pane(app).session.conversation[0].content == "Still here?"
+        assert pane(app).session.conversation[-1].role == "assistant"
+        assert pane(app).session.history._failed

@@ -4,7 +4,7 @@ rejected drafts on demand, the Speed panel's note, the drafts toggle."""
 from __future__ import annotations
 
 import pytest
-from helpers import SIZE, send, wait_until
+from helpers import SIZE, pane, send, wait_until
 
 from chatapp.chat.recorder import ChatHistory
 from chatapp.config import Config
@@ -24,11 +24,14 @@ REWRITE = (
 async def test_drafted_tokens_are_marked_and_the_speed_panel_reports_them(model_path, fresh_dirs):
     options = LoadOptions(model_path=model_path, n_ctx=1024, n_gpu_layers=0)
     app = ChatApp(lambda: LocalEngine(options), config=Config(draft="ngram"))
-    app.initial_settings = app.settings = app.settings.with_(temperature=0.0)
+    settings = pane(app).session.settings.with_(temperature=0.0)
+    app.chat_screen.initial_settings = pane(app).session.settings = settings
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, REWRITE)
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None, 60)
-        reply = app.last_reply
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None, 60
+        )
+        reply = pane(app).last_reply
         drafted = [t for t in reply.tokens if t.drafted]
         assert drafted, "the rewrite drafts most of its tokens from the prompt"
         strip = app.query_one("#reply-tokens", TokenStrip)
@@ -39,7 +42,7 @@ async def test_drafted_tokens_are_marked_and_the_speed_panel_reports_them(model_
         a, _ = strip._spans[i]
         assert any(s.start <= a < s.end and s.style.underline for s in rendered.spans)
         assert marked.underline
-        notes = app.stats_panel.notes
+        notes = app.chat_screen.stats_panel.notes
         assert notes.startswith("why: ") and "ngram drafts" in notes
         assert "no plain reply on this model yet" in notes
         # In the reply too, on demand: its text with the drafted tokens marked.
@@ -57,15 +60,19 @@ async def test_drafted_tokens_are_marked_and_the_speed_panel_reports_them(model_
             assert strip.show_rejected and "⟨" in strip.render().plain
         # The toggle: off for the next reply, whose speed becomes the comparison.
         await pilot.press("alt+d")
-        assert app.session.speculation == ""
+        assert pane(app).session.speculation == ""
         await send(pilot, app, REWRITE)
-        await wait_until(pilot, lambda: app.reply is None and len(app.conversation) == 4, 60)
-        assert "drafts" not in app.stats_panel.notes
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and len(pane(app).session.conversation) == 4, 60
+        )
+        assert "drafts" not in app.chat_screen.stats_panel.notes
         await pilot.press("alt+d")
-        assert app.session.speculation == "ngram"
+        assert pane(app).session.speculation == "ngram"
         await send(pilot, app, REWRITE)
-        await wait_until(pilot, lambda: app.reply is None and len(app.conversation) == 6, 60)
-        assert "x the last plain reply (" in app.stats_panel.notes
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and len(pane(app).session.conversation) == 6, 60
+        )
+        assert "x the last plain reply (" in app.chat_screen.stats_panel.notes
 
 
 @pytest.mark.slow
@@ -73,15 +80,18 @@ async def test_regenerate_x4_decodes_four_replies_together_as_branches(model_pat
     options = LoadOptions(model_path=model_path, n_ctx=1024, n_gpu_layers=0)
     app = ChatApp(lambda: LocalEngine(options))
     store = Store(fresh_dirs / "history.db")
-    app.history = ChatHistory(store, app._warn)
-    app.initial_settings = app.settings = app.settings.with_(max_tokens=24)
+    pane(app).session.history = ChatHistory(store, app._warn)
+    settings = pane(app).session.settings.with_(max_tokens=24)
+    app.chat_screen.initial_settings = pane(app).session.settings = settings
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Tell me about foxes.")
-        await wait_until(pilot, lambda: app.reply is None and app.last_reply is not None, 60)
+        await wait_until(
+            pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None, 60
+        )
         await pilot.press("alt+r")
-        await wait_until(pilot, lambda: app.reply is not None, 10)
-        await wait_until(pilot, lambda: app.reply is None, 60)
-        tree = app.session.tree
+        await wait_until(pilot, lambda: pane(app).reply is not None, 10)
+        await wait_until(pilot, lambda: pane(app).reply is None, 60)
+        tree = pane(app).session.tree
         last = tree.path()[-1]
         siblings = last.parent.children
         assert len(siblings) == 5, "the first reply and the four made together"
@@ -89,10 +99,10 @@ async def test_regenerate_x4_decodes_four_replies_together_as_branches(model_pat
         made = siblings[1:]
         assert all(t.row is not None and t.text for t in made)
         assert all(t.tokens and {x.seq for x in t.tokens} == {i} for i, t in enumerate(made))
-        assert "4 replies in one batch" in app.stats_panel.notes
+        assert "4 replies in one batch" in app.chat_screen.stats_panel.notes
         (conversation,) = store.list_conversations()
         stored = store.all_messages(conversation.id)
         assert sum(m.role == "assistant" for m in stored) == 5
         assert [m.id for m in store.messages(conversation.id)][-1] == made[0].row
         await pilot.press("alt+right")
-        assert app.session.tree.path()[-1] is siblings[2]
+        assert pane(app).session.tree.path()[-1] is siblings[2]

@@ -34,7 +34,7 @@ class PartingEngine(ScriptedEngine):
 
 
 async def _ask(pilot, app: VersusApp, text: str) -> None:
-    await wait_until(pilot, lambda: len(app.engines) == 2)
+    await wait_until(pilot, lambda: all(s.engine is not None for s in app.slots.values()))
     box = app.query_one("#prompt")
     box.value = text
     box.focus()
@@ -105,7 +105,7 @@ async def test_two_real_files_side_by_side(tmp_path):
         settings=SamplerSettings(temperature=0.0, max_tokens=40),
     )
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: len(app.engines) == 2, 60)
+        await wait_until(pilot, lambda: all(s.engine is not None for s in app.slots.values()), 60)
         await _ask(pilot, app, "Name three colours of the sea.")
         a, b = app.column("a").tokens, app.column("b").tokens
         assert a and b and all(t.candidates for t in a + b)

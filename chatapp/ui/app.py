@@ -1,55 +1,46 @@
-"""The chat app: the conversation, the model and the flow from a submitted prompt to a reply."""
+"""The chat app: its lifecycle, themes, keymap and palette, the model's slot, the F-key screens
+of the model (F8 models, F9 card, F10 compare) and F1's help. The chat is ChatScreen's."""
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from collections.abc import Callable, Iterable, Sequence
-from functools import cached_property
 from pathlib import Path
 
-from textual import on, work
+from textual.app import App, SystemCommand
+from textual.screen import Screen
+from textual.widget import AwaitMount
+from textual.worker import Worker, WorkerState
 
-from chatapp.chat.attachments import Attachment
+from chatapp import jsonfile
 from chatapp.chat.recorder import ChatHistory
 from chatapp.chat.session import ChatSession
-from chatapp.config import Config, draft_source
-from chatapp.engine.protocol import (
-    ChatMessage,
-    Engine,
-    EngineError,
-    GenerateRequest,
-    Grammar,
-    LoadOptions,
-    Token,
-)
-from chatapp.history.store import StoreError
+from chatapp.config import Config
+from chatapp.engine.protocol import Engine, LoadOptions
 from chatapp.sampling import SamplerSettings
-from chatapp.ui.attach_box import AttachBox
-from chatapp.ui.branch_view import BranchView
-from chatapp.ui.conversation_actions import ConversationActions
-from chatapp.ui.copy_actions import CopyActions
-from chatapp.ui.model_host import ModelHost
-from chatapp.ui.panel_feed import PanelFeed
-from chatapp.ui.prompt_input import PromptInput
-from chatapp.ui.reply import Reply, stored_footer
-from chatapp.ui.reply_events import ReplyEvents
-from chatapp.ui.reply_report import ReplyReport
-from chatapp.ui.screens.conversations import Choice, ConversationsScreen
-from chatapp.ui.screens.grammar import CLEAR, GrammarScreen
-from chatapp.ui.screens.system_prompt import SystemPromptScreen
-from chatapp.ui.streaming import stream_reply
-from chatapp.ui.widgets.chat import MessageView
-from chatapp.ui.widgets.sampler import SamplerPanel
-from chatapp.ui.widgets.tokens import TokenStrip
-
-STOP_GRACE_S = 3.0  # after Esc, a worker that has not stopped by then is killed
+from chatapp.ui import autotune_watch, themes
+from chatapp.ui.engine_slot import EngineSlot
+from chatapp.ui.keys import help_rows, key_of
+from chatapp.ui.literal import LiteralApp
+from chatapp.ui.screens.chat import ChatScreen
+from chatapp.ui.screens.compare import CompareScreen
+from chatapp.ui.screens.help import HelpScreen
+from chatapp.ui.screens.model_card import ModelCardScreen
+from chatapp.ui.screens.models import ModelPickerScreen
+from chatapp.ui.streaming import ReplyStream
+from chatapp.ui.widgets.get_models import GetModelsView
+from chatapp.ui.widgets.hub_downloads import DownloadState, HubDownloads
 
 
-class ChatApp(ReplyEvents, ConversationActions, CopyActions, ModelHost):
-    """Chat with a local model and watch tokens, speed and probabilities live. The
-    conversation lives in a ChatSession; this class maps its results and the engine's events
-    to widgets, and keys to its calls."""
+class ChatApp(LiteralApp, App):
+    """Chat with a local model and watch tokens, speed and probabilities live. The app keeps
+    the model (an EngineSlot) and what outlives a screen (themes, keys, Hub downloads); the
+    chat is its ChatScreen, whose ConversationPane owns the conversation and the live reply."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "chatapp"
+    # Screen classes for app.tcss: narrow, the chat and the panels in turn; short, no sparkline.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
 
     def __init__(
         self,
@@ -66,315 +57,219 @@ class ChatApp(ReplyEvents, ConversationActions, CopyActions, ModelHost):
         config: Config | None = None,
         compare_options: LoadOptions | None = None,
     ) -> None:
-        session = ChatSession(history or ChatHistory(None, self._warn), settings, system_prompt)
-        super().__init__(
-            engine_factory, session, options, config, settings, model_label, theme_name,
-            remember_theme,
-        )  # fmt: skip
+        super().__init__()
+        self.config = config or Config()  # its presets, model_dirs and [keys] are used here
+        self.model_label = model_label
         self.startup_notes = list(startup_notes)
         # How F10's comparison loads each file (GPU layers, threads, flash attention, repack):
         # config.toml and the command line, as `chatapp compare` (None: CPU-only defaults).
         self.compare_options = compare_options
-        self.session.enable_thinking = self.config.think
-        self.session.speculation = draft_source(self.config.draft)[0]
-        self.report = ReplyReport()  # the Speed panel's note on each finished reply
-        self.reply: Reply | None = None
-        self.last_reply: Reply | None = None
-        self._reply_ids = 0
-        self._reply_pending = False  # a user turn waits for the model to (re)load
-        self.first_paint_s: list[float] = []  # submit -> first token painted, per reply
-        self.paint_log: list[tuple[float, int]] = []  # (UI time, tokens) per batch shown
-        self.panels: PanelFeed  # (made on mount, from the panels' widgets)
-        self.attached = AttachBox(self)  # files for the next message (`/file PATH`)
+        self._remember_theme = remember_theme
+        self._wanted_theme = theme_name
+        self.theme_problems: list[str] = []
+        self.slot = EngineSlot(self, engine_factory, options)
+        self.downloads = HubDownloads(self)  # F8's Hub downloads: they outlive the dialog
+        history = history or ChatHistory(None, self._warn)
+        session = ChatSession(history, settings, system_prompt)
+        self.chat_screen = ChatScreen(session, self.slot, self.config, settings)
 
-    # ---- the session's state, as the widgets and tests read it -----------------------------
+    def get_default_screen(self) -> Screen:
+        return self.chat_screen
 
     @property
-    def conversation(self) -> list[ChatMessage]:
-        return self.session.conversation
+    def busy(self) -> bool:
+        """Whether a reply is in progress (then the model stays as it is)."""
+        return self.chat_screen.pane.busy
 
-    @conversation.setter
-    def conversation(self, messages: list[ChatMessage]) -> None:
-        self.session.conversation = messages
+    def set_status(self, text: str, error: bool = False) -> None:
+        self.chat_screen.pane.set_status(text, error)
 
-    @property
-    def settings(self) -> SamplerSettings:
-        return self.session.settings
+    # ---- start and end --------------------------------------------------------------------
 
-    @settings.setter
-    def settings(self, settings: SamplerSettings) -> None:
-        self.session.settings = settings
-
-    @property
-    def system_prompt(self) -> str:
-        return self.session.system_prompt
-
-    @property
-    def history(self) -> ChatHistory:
-        return self.session.history
-
-    @history.setter
-    def history(self, history: ChatHistory) -> None:
-        self.session.history = history
-
-    @property
-    def ignore_eos(self) -> bool:
-        return self.session.ignore_eos
-
-    @ignore_eos.setter
-    def ignore_eos(self, value: bool) -> None:
-        self.session.ignore_eos = value
-
-    @cached_property
-    def branches(self) -> BranchView:
-        """The messages' branch labels, and the chat pane when the branch is switched."""
-        return BranchView(self.session, self.chat)
-
-    # ---- start ----------------------------------------------------------------------------
-
-    def on_mount(self) -> None:
-        self.panels = PanelFeed(self, self.token_panel, self.probs, self.stats_panel)
-        self.panels.pacer = self.pacer
-        self.setup_view()
+    async def on_mount(self) -> None:
+        self.set_keymap(self.config.keymap)  # [keys]: binding id -> key
+        self.theme_problems = themes.install(self, self._wanted_theme)
+        self.sub_title = self.model_label
         for note in self.startup_notes:
             self.notify(note, title="Config", severity="warning", timeout=10)
-        self.start_engine()
+        jsonfile.listen(self._file_kept_aside)
+        await AwaitMount(self, [self.chat_screen])  # laid out before the app says it is ready
 
     def _warn(self, message: str) -> None:
         self.notify(message, title="History", severity="warning", timeout=10)
 
-    # ---- sending --------------------------------------------------------------------------
+    def _file_kept_aside(self, sentence: str) -> None:
+        """A saved file that did not parse was renamed aside: say where (from any thread)."""
+        self.notify(sentence, title="Saved file kept aside", severity="warning", markup=False,
+                    timeout=20)  # fmt: skip
 
-    @on(PromptInput.Submitted)
-    async def on_prompt_submitted(self, message: PromptInput.Submitted) -> None:
-        text = self.attached.take(message.text)  # `/file PATH` lines attach files
-        if text is None or not text.strip():
+    async def on_unmount(self) -> None:
+        """Quit does not wait for the model: its worker is killed whatever it does (a load, a
+        tune, a capture, a reply), so the threads waiting on it end at once and the process
+        exits (Python joins those threads before it does)."""
+        jsonfile.unlisten(self._file_kept_aside)
+        self.slot.close()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """Any background task of the app that failed: one readable line, never a traceback
+        (the workers run with exit_on_error=False; most report their own errors first)."""
+        if event.state == WorkerState.ERROR:
+            error = event.worker.error
+            what = event.worker.name or event.worker.group or "a background task"
+            self.notify(f"{what} failed: {error}", title="Error", severity="error", timeout=10)
+
+    def on_engine_slot_noted(self, message: EngineSlot.Noted) -> None:
+        self.notify(message.message, title="Note", severity="warning")
+
+    def on_reply_stream_noted(self, message: ReplyStream.Noted) -> None:
+        self.notify(message.message, title="Note", severity="warning")
+
+    # ---- themes, help, palette ------------------------------------------------------------
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        """Panel colours for themes that do not set them (Textual's built-in ones)."""
+        return dict(themes.PANEL_DEFAULTS)
+
+    def watch_theme(self, name: str) -> None:
+        if self._remember_theme is not None and self.is_mounted:
+            self._remember_theme(name)
+
+    def action_next_theme(self) -> None:
+        names = sorted(self.available_themes)
+        ours = [n for n in names if n.startswith("chatapp-")] or names
+        i = ours.index(self.theme) if self.theme in ours else -1
+        self.theme = ours[(i + 1) % len(ours)]
+        self.notify(f"theme: {self.theme}")
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(help_rows(self)))
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        chat = self.chat_screen
+        for b in chat.BINDINGS:
+            action = b.action
+            yield SystemCommand(
+                b.description,
+                f"{b.description} ({key_of(self, b)})",
+                lambda a=action: self.run_action(a, chat),
+            )
+        for name in chat.sampler.presets:
+            yield SystemCommand(
+                f"Preset: {name}",
+                f"Sampler preset {name}",
+                lambda n=name: chat.sampler.apply_preset(n),
+            )
+
+    # ---- the model ------------------------------------------------------------------------
+
+    def on_engine_slot_ready(self, message: EngineSlot.Ready) -> None:
+        info = self.slot.ready(message)
+        self.sub_title = f"{Path(info.path).name} · ctx {info.n_ctx}"
+        self.chat_screen.model_ready(info)
+        self.slot.autotune(self.config)
+
+    def on_engine_slot_failed(self, message: EngineSlot.Failed) -> None:
+        self.slot.failed(message)
+        self.chat_screen.model_failed(message.message)
+        self.notify(message.message, title="Model not loaded", severity="error", timeout=10)
+
+    def on_autotune_changed(self, message: autotune_watch.AutotuneChanged) -> None:
+        """The tune on first use moved on: the status line while idle, one notice at the end,
+        and the Speed panel shows what runs now."""
+        line, note = autotune_watch.describe(message.status)
+        crashed = message.status.get("state") == "crashed"
+        if line and not self.busy:
+            self.set_status(line, error=crashed)
+        if note and crashed:
+            self.notify(note, title="Tune crashed", severity="error", markup=False, timeout=10)
+        elif note:
+            self.notify(note, title="Tuned for this machine", timeout=8)
+        if message.status.get("state") == "done" and self.slot.engine is not None:
+            self.chat_screen.tuned(self.slot.engine.info)
+
+    def action_restart_engine(self) -> None:
+        if not self.busy:
+            self.chat_screen.pane.start_model()
+
+    def switch_model(self, options: LoadOptions) -> None:
+        """Load another model file (the conversation stays)."""
+        self.slot.use(options)
+        self.chat_screen.pane.start_model()
+
+    def action_pick_model(self) -> None:
+        if self.slot.options is None:
+            self.notify("Connected to a server: there is no local model to switch.")
             return
-        if self.reply is not None:
-            self.notify("A reply is still streaming: press Esc to stop it first.")
+        if self.busy or self.slot.loading:
+            self.notify("Wait for the reply (Esc stops it) or the load to finish first.")
             return
-        problem = self.attached.ready(text)
-        if problem:  # the message stays in the input, its files attached
-            self.set_status(problem, error=True)
+
+        def done(options: LoadOptions | None) -> None:
+            if options is not None:
+                self.model_label = Path(options.model_path).name
+                self.switch_model(options)  # the conversation stays
+
+        picker = ModelPickerScreen(
+            self.slot.options,
+            config_dirs=self.config.model_dirs,
+            select=self.downloads.latest,
+            download=self.downloads.state,
+        )
+        self.push_screen(picker, done)
+
+    def action_model_card(self) -> None:
+        info = self.chat_screen.session.info
+        if info is None:
+            self.notify("No model is loaded yet.")
             return
-        self.query_one("#prompt", PromptInput).clear()
-        await self.send(text, self.attached.sent())
+        self.push_screen(ModelCardScreen.from_info(info))
 
-    async def send(self, text: str, files: Sequence[Attachment] = ()) -> None:
-        """Add a user turn (with its attached files) and generate the reply to it."""
-        self.session.add_user(text, files)
-        await self.chat.add("user", self.session.conversation[-1].content)
-        await self._generate()
-
-    @property
-    def busy(self) -> bool:
-        return self.reply is not None
-
-    def model_ready(self) -> None:
-        self.pacer.use(self.cadence)
-        self.sampler.show_draft(self.session.speculation)
-        if self._reply_pending:
-            self._reply_pending = False
-            self.run_worker(self._generate(), exclusive=False)
-
-    def model_failed(self) -> None:
-        self._reply_pending = False
-
-    def _wait_for_model(self) -> None:
-        # The turn stays in the conversation and on screen; its reply starts once the model is
-        # loaded (a dead worker is replaced first).
-        self._reply_pending = True
-        if not self._loading:
-            self.start_engine()
-        self.set_status("the model is loading; your message will be answered when it is ready")
-
-    async def _generate(
-        self, prefix: list[Token] | None = None, item: MessageView | None = None
-    ) -> None:
-        if not self.session.ready:
-            self._wait_for_model()
-            return
-        self._reply_ids += 1
-        if item is None:
-            item = await self.chat.add("assistant")
-        await item.start_stream()
-        reply = Reply(self._reply_ids, item, time.perf_counter(), list(prefix or []))
-        reply.initial_settings = self.settings
-        self.reply = reply
-        self._blink(False)  # a blinking cursor is two frames a second that the model pays for
-        self.paint_log = []
-        prepared = self.session.prepare(reply.tokens)
-        split = self.session.draft.split
-        reply.shown_thinking, reply.shown_answer = len(split.thinking), len(split.answer)
-        self._show_left_out(item, prepared.dropped)
-        reply.note = prepared.note  # said once: the status line while it streams and when done
-        self.panels.settings = self.settings
-        self.panels.start(reply)
-        self.pacer.start()
-        self.set_status("generating… (Esc stops)" + (f" · {reply.note}" if reply.note else ""))
-        self._stream(prepared.request, reply.id)
-
-    def _show_left_out(self, reply_item: MessageView, dropped: int) -> None:
-        """Dim the messages the prompt leaves out (the oldest); the history keeps them."""
-        items = [it for it in self.chat.items() if it is not reply_item]
-        offset = len(self.conversation) - len(items)
-        for i, it in enumerate(items):
-            it.set_class(i + offset < dropped, "left-out")
-
-    @work(thread=True, exclusive=True, group="generate", exit_on_error=False)
-    def _stream(self, request: GenerateRequest, reply_id: int) -> None:
-        pacer = self.pacer
-        stream_reply(self.engine, request, reply_id, self.post_message, lambda: pacer.text_s)
-
-    # ---- the conversation -----------------------------------------------------------------
-
-    def action_stop(self) -> None:
-        if self.reply is None:  # Esc with no reply: narrow, back from the panels to the chat;
-            if not self.back_to_the_chat():  # else F8's Hub download, if one runs
-                self.stop_download()
-            return
-        if self.engine is None:
-            return
-        self.session.cancel()
-        self.set_status("stopping…")
-        reply_id = self.reply.id
-        self.set_timer(STOP_GRACE_S, lambda: self._kill_if_stuck(reply_id))
-
-    def _kill_if_stuck(self, reply_id: int) -> None:
-        if self.reply is not None and self.reply.id == reply_id:
-            self.session.kill()  # the generation thread then reports the worker as crashed
-
-    def action_toggle_thinking(self) -> None:
-        """Thinking models: the template's reasoning switch, on or off from the next reply."""
-        on = self.session.enable_thinking is False
-        self.session.enable_thinking = on
-        state = "on" if on else "off"
-        self.set_status(f"thinking {state} from the next reply (where the template has it)")
-
-    def action_cycle_draft(self) -> None:
-        """Speculative decoding for the next reply: off, n-gram drafts, the draft model (when
-        one is loaded), off again."""
-        order = ["", "ngram"] + (["model"] if self.info and self.info.draft_model else [])
-        current = self.session.speculation if self.session.speculation in order else ""
-        self.session.speculation = order[(order.index(current) + 1) % len(order)]
-        self.sampler.show_draft(self.session.speculation)
-        self.set_status(f"drafts: {self.session.speculation or 'off'} from the next reply")
-
-    def action_mark_drafts(self) -> None:
-        """Show the last reply with the tokens that came from accepted drafts marked (as text,
-        not Markdown), or as Markdown again."""
-        last = self.last_reply
-        if self.reply is not None or last is None:
-            return
-        if last.item.marked is not None:
-            last.item.show_marked(None)
-            return
-        drafted = sum(t.drafted for t in last.tokens)
-        last.item.show_marked([(t.text, t.drafted) for t in last.tokens])
-        self.set_status(
-            f"{drafted} of {len(last.tokens)} tokens came from accepted drafts (alt+m: back)"
+    def action_compare_models(self, files: Sequence[str] = ()) -> None:
+        info, options = self.chat_screen.session.info, self.slot.options
+        source = info.path if info else (options and options.model_path)
+        self.push_screen(
+            CompareScreen(source=source or None, files=files, options=self.compare_options)
         )
 
-    def on_sampler_panel_draft_pressed(self, message: SamplerPanel.DraftPressed) -> None:
-        self.action_cycle_draft()
+    # ---- Hub downloads (F8's Get models view) ---------------------------------------------
 
-    async def action_new_chat(self) -> None:
-        if self.reply is not None:
+    def on_get_models_view_download_asked(self, message: GetModelsView.DownloadAsked) -> None:
+        if not self.downloads.start(message.files, message.compare):
+            self.notify("A download is under way: wait for it, or stop it (Esc in the chat).")
+
+    def on_get_models_view_stop_asked(self, message: GetModelsView.StopAsked) -> None:
+        self.downloads.stop()
+
+    def action_stop_download(self) -> None:
+        """Esc in the chat with no reply streaming: stop the Hub download, if one runs."""
+        if self.downloads.stop():
+            self.set_status("stopping the download…")
+
+    def on_hub_downloads_changed(self, message: HubDownloads.Changed) -> None:
+        self._show_download(message.state)
+
+    def on_hub_downloads_finished(self, message: HubDownloads.Finished) -> None:
+        self._show_download(message.state)
+        if message.state.error:
+            self.notify(message.state.line, title="Download failed", severity="error", timeout=10)
+        paths = list(message.paths)
+        if not paths:
             return
-        self.session.new_chat()
-        self.last_reply = None
-        self.branches.footers.clear()
-        await self.chat.clear()
-        self.token_panel.reset_reply()
-        self.probs.candidates = ()
-        self.set_status("new chat")
+        self.downloads.latest = paths[-1]
+        for screen in self.screen_stack:
+            if isinstance(screen, ModelPickerScreen):
+                screen.downloaded(paths)
+        names = ", ".join(message.names)
+        self.notify(f"{names}: selected in F8 (Models)", title="Downloaded", timeout=8)
+        if message.compare:
+            self.action_compare_models(paths)
 
-    # ---- dialogs --------------------------------------------------------------------------
-
-    def action_system_prompt(self) -> None:
-        def done(text: str | None) -> None:
-            if text is not None:
-                self.session.set_system_prompt(text)
-                self.set_status("system prompt set" if text else "system prompt cleared")
-
-        self.push_screen(SystemPromptScreen(self.system_prompt, self.config), done)
-
-    def action_pick_grammar(self) -> None:
-        def done(choice: Grammar | str | None) -> None:
-            if choice is not None:
-                self.session.grammar = None if choice == CLEAR else choice
-                self.set_status(
-                    "replies are free again" if choice == CLEAR else "from the next reply"
-                )
-
-        self.push_screen(GrammarScreen(self.session.grammar), done)
-
-    def status_tag(self) -> str:
-        grammar = self.session.grammar
-        return f"⊘ {grammar.source}" if grammar is not None else ""
-
-    def action_conversations(self) -> None:
-        if self.reply is not None:
-            self.notify("Stop the reply first (Esc).")
-            return
-        if self.history.store is None:
-            self.notify("History is not available in this session.", severity="warning")
-            return
-
-        async def done(choice: Choice | None) -> None:
-            if choice is None:
-                return
-            await self.action_new_chat()
-            if choice.conversation_id is not None:
-                await self.resume(choice.conversation_id)
-
-        self.push_screen(ConversationsScreen(self.history.store), done)
-
-    async def resume(self, conversation_id: int) -> None:
-        """Open a saved conversation where it was: its messages, system prompt, settings, model."""
-        try:
-            conv, kept = self.session.resume(conversation_id)
-        except StoreError as exc:
-            self.notify(str(exc), severity="error")
-            return
-        if conv.sampler is not None:
-            self.sampler.settings = conv.sampler
-            self.sampler.sync_sliders()
-        await self.chat.add_items([MessageView(m.role, m.text, stored_footer(m)) for m in kept])
-        self.branches.label()
-        self.set_status(f"resumed: {conv.title} ({len(kept)} messages)")
-        loaded = self.info.path if self.info else None
-        if conv.model_path and self.options and conv.model_path != loaded:
-            if Path(conv.model_path).is_file():
-                self.switch_model(dataclasses.replace(self.options, model_path=conv.model_path))
-            else:
-                self.notify(
-                    f"this chat was made with {conv.model_path}, which is gone; "
-                    "continuing with the loaded model",
-                    severity="warning",
-                )
-
-    # ---- panels ---------------------------------------------------------------------------
-
-    @on(SamplerPanel.SettingsChanged)
-    def on_settings_changed(self, message: SamplerPanel.SettingsChanged) -> None:
-        try:
-            live = self.session.change_settings(message.settings)
-        except EngineError as exc:
-            self.sampler.set_status(str(exc))
-            return
-        self.sampler.set_status(
-            "sent: applies from the next token…" if live else "applies to the next reply"
-        )
-
-    @on(TokenStrip.Selected, "#reply-tokens")
-    def on_reply_token_selected(self, message: TokenStrip.Selected) -> None:
-        reply = self.reply or self.last_reply
-        if self.token_panel.show_prompt or reply is None:
-            return
-        if 0 <= message.index < len(reply.tokens):
-            tok = reply.tokens[message.index]
-            self.probs.step = message.index
-            self.probs.settings = reply.settings_at(message.index, self.settings)
-            self.probs.chosen = tok.id
-            self.probs.candidates = tok.candidates
+    def _show_download(self, state: DownloadState) -> None:
+        self.downloads.state = state
+        esc = "" if self.busy else " · Esc stops"  # while a reply streams, Esc stops that
+        line = f"{state.head}{esc} · {state.detail}" if state.running else state.line
+        self.set_status(line, state.error)
+        for screen in self.screen_stack:
+            if isinstance(screen, ModelPickerScreen):
+                screen.download = state

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from chatapp.chat.attachments import (
     ANY_CONTEXT,
@@ -27,19 +27,35 @@ from chatapp.engine.protocol import EngineError
 from chatapp.ui.literal import literal
 
 if TYPE_CHECKING:
-    from chatapp.ui.app import ChatApp
+    from textual.app import App
+
+    from chatapp.chat.session import ChatSession
+    from chatapp.ui.engine_slot import EngineSlot
+    from chatapp.ui.prompt_input import PromptInput
+
+
+class Pane(Protocol):
+    """What the box uses of the conversation pane it serves."""
+
+    session: ChatSession
+    slot: EngineSlot
+    prompt: PromptInput
+    app: App
+
+    def set_status(self, text: str, error: bool = False) -> None: ...
+
 
 DETACH = "/detach"  # typed alone: the attachments go
 TRIM = "/trim"  # typed alone: the files are cut to what fits beside the message
 
 
 class AttachBox:
-    """The ChatApp's attachments for the next message. `take` reads the commands out of what
+    """A conversation pane's attachments for the next message. `take` reads the commands out of what
     was submitted; files are read and counted in a thread (the UI keeps answering); `ready`
     checks the whole message before it is sent."""
 
-    def __init__(self, app: ChatApp) -> None:
-        self.app = app
+    def __init__(self, pane: Pane) -> None:
+        self.pane = pane
         self.files: list[Attachment] = []
         self.reading: list[str] = []  # paths being read and counted now
         self.trimming = False  # /trim cuts the files in a thread
@@ -51,19 +67,19 @@ class AttachBox:
         if text.strip() == DETACH:
             self.files, self.reading, self.trimming = [], [], False
             self._round += 1
-            self.app.set_status("attachments removed")
+            self.pane.set_status("attachments removed")
             self.show()
             return None
         lines = text.splitlines()
         if any(line.strip() == TRIM for line in lines):  # a /trim line: cut, keep the rest
             rest = "\n".join(line for line in lines if line.strip() != TRIM).strip()
-            self.app.query_one("#prompt").text = rest
+            self.pane.prompt.text = rest
             self.trim(rest)
             return None
         rest, paths = split_file_lines(text)
         if not paths:
             return text
-        self.app.query_one("#prompt").text = rest  # what was typed beside the commands stays
+        self.pane.prompt.text = rest  # what was typed beside the commands stays
         for path in paths:
             self.add(path)
         return None
@@ -76,12 +92,12 @@ class AttachBox:
             return
         self.reading.append(path)
         self._tell(f"reading {path}…", told)
-        engine, n_ctx = self.app.engine, self.context()[0]
-        info = self.app.session.info
+        engine, n_ctx = self.pane.slot.engine, self.context()[0]
+        info = self.pane.session.info
         model = info.path if info is not None else ""
         budget, round_ = self.context()[1], self._round
         job = partial(self._read, path, engine, n_ctx, budget, model, told, round_)
-        self.app.run_worker(job, thread=True, group="attach", exit_on_error=False)
+        self.pane.app.run_worker(job, thread=True, group="attach", exit_on_error=False)
 
     def _read(self, path, engine, n_ctx, reply_room, model, told, round_) -> None:
         """In a worker thread: read the file, refuse it from its size when it cannot fit,
@@ -92,7 +108,7 @@ class AttachBox:
             result: Attachment | str = count_one(engine, file)
         except AttachmentError as exc:
             result = str(exc)
-        self.app.call_from_thread(self._read_done, path, result, told, round_)
+        self.pane.app.call_from_thread(self._read_done, path, result, told, round_)
 
     def _read_done(self, path: str, result: Attachment | str, told, round_: int) -> None:
         if round_ != self._round:
@@ -107,15 +123,15 @@ class AttachBox:
         self._tell(f"attached {result.name}: {len(self.files)} file(s) for the next message", told)
 
     def _tell(self, sentence: str, told, error: bool = False) -> None:
-        self.app.set_status(sentence, error=error)
+        self.pane.set_status(sentence, error=error)
         if told is not None:
             told(sentence)
 
     def context(self) -> tuple[int, int]:
         """(n_ctx, the reply's room) of the model loaded; (0, 0) before one is."""
-        info = self.app.session.info
+        info = self.pane.session.info
         n_ctx = info.n_ctx if info is not None else 0
-        return n_ctx, reply_budget(self.app.session.settings.max_tokens, n_ctx)
+        return n_ctx, reply_budget(self.pane.session.settings.max_tokens, n_ctx)
 
     def label(self) -> str:
         """What the input's border says: each file with its tokens, then whether it fits."""
@@ -134,7 +150,7 @@ class AttachBox:
         return f"📎 {names} — {total:,} + {budget:,} for the reply of {n_ctx:,}: {verdict}"
 
     def show(self) -> None:
-        self.app.query_one("#prompt").border_title = literal(self.label())
+        self.pane.prompt.border_title = literal(self.label())
 
     def ready(self, text: str) -> str | None:
         """The problem (one sentence with the numbers) when the message with its files cannot
@@ -150,22 +166,22 @@ class AttachBox:
             problem = fit_problem(sum(counts), n_ctx, budget)  # (the files alone: too many)
             if problem:
                 return problem
-        return self.app.session.too_long(text, self.files) or None
+        return self.pane.session.too_long(text, self.files) or None
 
     def trim(self, typed: str) -> None:
         """Cut the files to the tokens left beside the typed message, the system prompt and
         the reply's room: the choice to send only the start of what is too big (in a
         thread: it tokenizes every file)."""
-        engine, (n_ctx, budget) = self.app.engine, self.context()
+        engine, (n_ctx, budget) = self.pane.slot.engine, self.context()
         if not self.files or engine is None or not n_ctx:
-            self.app.set_status("nothing to trim: no files attached, or no model loaded")
+            self.pane.set_status("nothing to trim: no files attached, or no model loaded")
             return
-        session = self.app.session
+        session = self.pane.session
         head = f"{session.system_prompt}\n" if session.system_prompt else ""
         self.trimming = True
-        self.app.set_status("cutting the files to what fits…")
+        self.pane.set_status("cutting the files to what fits…")
         job = partial(self._trim, engine, head + typed, n_ctx - budget, self.files, self._round)
-        self.app.run_worker(job, thread=True, group="attach", exit_on_error=False)
+        self.pane.app.run_worker(job, thread=True, group="attach", exit_on_error=False)
 
     def _trim(self, engine, typed: str, room: int, files, round_: int) -> None:
         try:
@@ -173,17 +189,17 @@ class AttachBox:
             result: list[Attachment] | str = trimmed(engine, files, room - used)
         except EngineError as exc:
             result = f"could not trim the files: {exc}"
-        self.app.call_from_thread(self._trim_done, result, len(files), round_)
+        self.pane.app.call_from_thread(self._trim_done, result, len(files), round_)
 
     def _trim_done(self, result: list[Attachment] | str, cut: int, round_: int) -> None:
         self.trimming = False
         if round_ != self._round:
             return  # detached meanwhile
         if isinstance(result, str):
-            self.app.set_status(result, error=True)
+            self.pane.set_status(result, error=True)
             return
         self.files = result + self.files[cut:]  # (files attached meanwhile stay whole)
-        self.app.set_status("files cut to what fits: Enter sends the message")
+        self.pane.set_status("files cut to what fits: Enter sends the message")
         self.show()
 
     def sent(self) -> list[Attachment]:

@@ -43,14 +43,16 @@ def _p99(values: list[float]) -> float:
 async def _one_reply(app, pilot, history: int, tokens: int) -> UiRun:
     from chatapp.ui.widgets.chat import MessageView
 
-    await app.action_new_chat()
+    pane = app.chat_screen.pane
+    await pane.new_chat()
     if history:
         # Earlier messages on screen; the prompt sent stays the same short conversation.
         views = [MessageView("user" if i % 2 == 0 else "assistant", FILLER) for i in range(history)]
-        await app.chat.add_items(views)
+        await pane.chat.add_items(views)
         await pilot.pause(0.5)
-    app.conversation = [ChatMessage("user", "Hello."), ChatMessage("assistant", "Hi there!")]
-    app.settings = SamplerSettings(temperature=0.0, max_tokens=tokens)
+    hello = [ChatMessage("user", "Hello."), ChatMessage("assistant", "Hi there!")]
+    pane.session.conversation = hello
+    pane.session.settings = SamplerSettings(temperature=0.0, max_tokens=tokens)
     lags: list[float] = []
     tick = 0.005
     last = time.perf_counter()
@@ -63,13 +65,13 @@ async def _one_reply(app, pilot, history: int, tokens: int) -> UiRun:
 
     timer = app.set_interval(tick, on_tick)
     t0 = time.perf_counter()
-    await app.send(PROMPT)
-    while app.reply is not None:
+    await pane.send(PROMPT)
+    while pane.reply is not None:
         await asyncio.sleep(0.005)
     wall = time.perf_counter() - t0
     timer.stop()
-    paints = app.paint_log
-    reply = app.last_reply
+    paints = pane.paint_log
+    reply = pane.last_reply
     st = reply.finished.stats
     n_after_first = sum(n for _, n in paints[1:])
     span = paints[-1][0] - paints[0][0] if len(paints) > 1 else 0.0
@@ -97,12 +99,12 @@ async def _bench(options: LoadOptions, tokens: int, reps: int) -> dict:
 
     # as `chatapp chat` runs it, without a tune on first use changing settings mid-run
     app = ChatApp(lambda: make_engine(options, nice=WORKER_NICE), config=Config(autotune=False))
-    app.ignore_eos = True
+    app.chat_screen.session.ignore_eos = True
     runs: list[UiRun] = []
     async with app.run_test(size=(120, 40)) as pilot:
-        while app.engine is None:
-            if app.load_error is not None:
-                raise BenchError(app.load_error)
+        while app.slot.engine is None:
+            if app.slot.load_error is not None:
+                raise BenchError(app.slot.load_error)
             await pilot.pause(0.05)
         await _one_reply(app, pilot, 0, 16)  # warm-up: caches, first renders
         for _ in range(reps):

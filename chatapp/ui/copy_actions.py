@@ -1,44 +1,45 @@
-"""The chat's Copy actions (the last reply, its code blocks one at a time, the conversation,
-through the terminal's clipboard: OSC 52) and the file picker that attaches files."""
+"""The chat's Copy actions: the last reply, its code blocks one at a time, the conversation,
+through the terminal's clipboard (OSC 52)."""
 
 from __future__ import annotations
 
+from textual.widget import Widget
+
 from chatapp.chat import copying
+from chatapp.engine.protocol import ChatMessage
 
 
-class CopyActions:
-    """Mixed into ChatApp: reads its conversation, writes with Textual's copy_to_clipboard."""
+class Clipboard:
+    """Copies from a conversation pane's session with Textual's copy_to_clipboard."""
 
-    _code_turn: tuple[int, int] = (-1, -1)  # (the reply's length, the block copied last)
+    def __init__(self, pane: Widget) -> None:
+        self.pane = pane
+        self._code_turn: tuple[int, int] = (-1, -1)  # (the reply's length, the block copied last)
+
+    @property
+    def conversation(self) -> list[ChatMessage]:
+        return self.pane.session.conversation  # type: ignore[attr-defined]
 
     def _copy(self, text: str, what: str) -> None:
         if not copying.fits_clipboard(text):  # a terminal would drop or cut it: say so
-            self.notify(copying.too_large(what, text), title="Not copied", severity="warning")
+            self.pane.notify(copying.too_large(what, text), title="Not copied", severity="warning")
             return
-        self.copy_to_clipboard(text)
-        self.notify(copying.describe(what, text), title="Copied", timeout=4)
+        self.pane.app.copy_to_clipboard(text)
+        self.pane.notify(copying.describe(what, text), title="Copied", timeout=4)
 
-    def action_attach_files(self) -> None:
-        """The file picker: each file chosen joins the next message, as `/file PATH` does."""
-        from pathlib import Path
-
-        from chatapp.ui.screens.file_picker import FilePickerScreen
-
-        self.push_screen(FilePickerScreen(Path.cwd(), self.attached.add))
-
-    def action_copy_reply(self) -> None:
+    def reply(self) -> None:
         text = copying.last_reply(self.conversation)
         if not text:
-            self.notify("There is no reply to copy yet.")
+            self.pane.notify("There is no reply to copy yet.")
             return
         self._copy(text, "the reply")
 
-    def action_copy_code(self) -> None:
+    def code(self) -> None:
         """The last reply's code blocks, one per press (the first again after the last)."""
         text = copying.last_reply(self.conversation) or ""
         blocks = copying.code_blocks(text)
         if not blocks:
-            self.notify("The last reply has no code block.")
+            self.pane.notify("The last reply has no code block.")
             return
         size, last = self._code_turn
         index = (last + 1) % len(blocks) if size == len(text) else 0
@@ -46,11 +47,10 @@ class CopyActions:
         what = "the code block" if len(blocks) == 1 else f"code block {index + 1} of {len(blocks)}"
         self._copy(blocks[index], what)
 
-    def action_copy_conversation(self) -> None:
+    def conversation_markdown(self, title: str) -> None:
         if not self.conversation:
-            self.notify("The conversation is empty.")
+            self.pane.notify("The conversation is empty.")
             return
-        title = getattr(self, "model_label", "") or ""
         text = copying.conversation_markdown(
             self.conversation, f"Chat with {title}" if title else ""
         )

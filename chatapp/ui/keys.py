@@ -22,6 +22,7 @@ def key_of(app: App, binding: Binding) -> str:
 
 def _sections() -> list[tuple[str, list[type]]]:
     from chatapp.ui.prompt_input import PromptInput
+    from chatapp.ui.screens.chat import ChatScreen
     from chatapp.ui.screens.compare import CompareScreen
     from chatapp.ui.screens.compare_history import PastRunsScreen
     from chatapp.ui.screens.conversations import ConfirmScreen, ConversationsScreen
@@ -31,7 +32,6 @@ def _sections() -> list[tuple[str, list[type]]]:
     from chatapp.ui.screens.model_card import ModelCardScreen
     from chatapp.ui.screens.models import ModelPickerScreen
     from chatapp.ui.screens.system_prompt import SystemPromptScreen
-    from chatapp.ui.shell import ChatShell
     from chatapp.ui.widgets.get_models import GetModelsView
     from chatapp.ui.widgets.inside import InsidePanel
     from chatapp.ui.widgets.probs import ProbPanel
@@ -40,7 +40,7 @@ def _sections() -> list[tuple[str, list[type]]]:
 
     return [
         ("Message box", [PromptInput]),
-        ("Everywhere", [ChatShell]),
+        ("Everywhere", [ChatScreen]),
         ("Tokens tab", [TokenStrip]),
         ("Next token tab", [ProbPanel]),
         ("Inside tab", [InsidePanel]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 
@@ -77,3 +78,10 @@ class FramePacer:
         # where the UI's share equals the budget (or the ceiling, if the background alone is
         # over it).
         self.text_s = min(max(cost / budget, self.cadence.text_s), self.cadence.ceiling_s)
+
+
+def settle_gc() -> None:
+    """Collect now (between replies) and freeze what survives: the long-lived widgets then cost
+    nothing in the collections that would otherwise pause the UI >100 ms while streaming."""
+    gc.collect()
+    gc.freeze()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from chatapp.engine.protocol import PromptEvaluated, Token
+from chatapp.engine.protocol import Finished, PromptEvaluated, Token
+from chatapp.stats_text import threads_text
 from chatapp.ui.pacing import FramePacer
 from chatapp.ui.reply import Reply
 from chatapp.ui.streaming import SMOOTH
@@ -14,7 +15,7 @@ from chatapp.ui.widgets.stats import SPARK_POINTS, StatsPanel
 from chatapp.ui.widgets.tokens import ShownToken, TokenPanel
 
 if TYPE_CHECKING:
-    from textual.app import App
+    from textual.widget import Widget
 
 
 def shown(tok: Token) -> ShownToken:
@@ -26,10 +27,12 @@ class PanelFeed:
     token batch, the panels at most once per `pacer.panels_s` (a frame that repaints them
     costs the whole screen), and always the first token's and the last."""
 
-    def __init__(self, app: App, tokens: TokenPanel, probs: ProbPanel, stats: StatsPanel) -> None:
-        self.app = app
+    def __init__(
+        self, host: Widget, tokens: TokenPanel, probs: ProbPanel, stats: StatsPanel
+    ) -> None:
+        self.host = host  # its timers
         self.tokens, self.probs, self.stats = tokens, probs, stats
-        self.pacer = FramePacer(SMOOTH)  # the app's: how often a streaming reply is drawn
+        self.pacer = FramePacer(SMOOTH)  # the pane's: how often a streaming reply is drawn
         self.reply: Reply | None = None
         self.settings = None  # the sampler settings the candidates are shown against
         self.unshown: list[Token] = []  # tokens of the reply not yet in the panels
@@ -70,11 +73,11 @@ class PanelFeed:
         wait = self._at + self.pacer.panels_s - time.perf_counter()
         if first:
             self._at = time.perf_counter()  # the next batches wait for the interval
-            self.app.call_after_refresh(self.refresh)  # the first token's frame stays small
+            self.host.call_after_refresh(self.refresh)  # the first token's frame stays small
         elif wait <= 0:
             self.refresh()
         elif self._timer is None:
-            self._timer = self.app.set_timer(wait, self.refresh)
+            self._timer = self.host.set_timer(wait, self.refresh)
 
     def cancel(self) -> None:
         if self._timer is not None:
@@ -85,6 +88,22 @@ class PanelFeed:
         """The reply is over: everything it wrote goes into the panels now."""
         self.refresh()
         self.reply = None
+
+    def finished(self, reply: Reply, ev: Finished, notes: str) -> None:
+        """The Speed panel's figures of the reply that just ended (after `end`)."""
+        st = ev.stats
+        self.stats.stats = self.stats.stats.but(
+            state="ready",
+            stop_reason=str(ev.reason),
+            ttft_s=st.ttft_s,
+            decode_tps=st.decode_tps or reply.decode_tps,
+            tokens=len(reply.tokens),
+            n_past=st.n_past,
+            n_ctx=st.n_ctx or self.stats.stats.n_ctx,
+            drafted=sum(t.drafted for t in reply.tokens),
+            threads=threads_text(st),
+        )
+        self.stats.notes = notes
 
     def refresh(self) -> None:
         """Bring the side panels up to the reply's latest token."""

@@ -22,15 +22,6 @@ from chatapp.engine.protocol import (
     Token,
     fills_the_cpu,
 )
-from chatapp.ui.messages import (
-    NoticeShown,
-    PrefillProgressed,
-    PromptShown,
-    ReplyFailed,
-    ReplyFinished,
-    SettingsTookEffect,
-    TokensArrived,
-)
 
 
 @dataclass(frozen=True)
@@ -64,58 +55,119 @@ def cadence_for(info: ModelInfo | None, cores: int) -> Cadence:
 WORKER_NICE = 5
 
 
-def stream_reply(
-    engine,
-    request: GenerateRequest,
-    reply_id: int,
-    post: Callable[[Message], bool],
-    batch_s: Callable[[], float] = lambda: SMOOTH.text_s,
-) -> None:
-    """Run one reply to its end, posting messages; never raises. `batch_s()` is the time
-    between token messages (the first token goes at once), read as the reply goes."""
-    batch: list[Token] = []
-    last = 0.0
-    first = True
+class ReplyStream:
+    """One reply's run in a worker thread: the engine's events become the messages below, posted
+    (never dropped: every token must reach the chat) to whoever started it; never raises.
+    `batch_s()` is the time between token messages (the first token goes at once), read as the
+    reply goes."""
 
-    def flush() -> None:
-        nonlocal batch, last
-        if batch:
-            post(TokensArrived(reply_id, batch))
-            batch = []
-        last = time.perf_counter()
+    @dataclass
+    class PromptShown(Message):
+        reply_id: int
+        event: PromptEvaluated
 
-    try:
-        for event in engine.generate(request):
-            if isinstance(event, Token):
-                batch.append(event)
-                if first or time.perf_counter() - last >= batch_s():
-                    first = False
+    @dataclass
+    class PrefillProgressed(Message):
+        """A long prompt is being read: how far (a newer one replaces an older one)."""
+
+        reply_id: int
+        done: int
+        total: int
+        elapsed_s: float
+
+        def can_replace(self, message: Message) -> bool:
+            return isinstance(message, ReplyStream.PrefillProgressed)
+
+    @dataclass
+    class TokensArrived(Message):
+        """A batch of tokens."""
+
+        reply_id: int
+        tokens: list[Token]
+
+    @dataclass
+    class SettingsTookEffect(Message):
+        reply_id: int
+        event: SettingsApplied
+
+    @dataclass
+    class Noted(Message):
+        """The engine's note on the reply (a sampler setting the server ignores...)."""
+
+        message: str
+
+    @dataclass
+    class Ended(Message):
+        """The reply is over: the engine's account of it."""
+
+        reply_id: int
+        event: Finished
+
+    @dataclass
+    class Errored(Message):
+        """The reply could not go on; what it wrote so far stays."""
+
+        reply_id: int
+        message: str
+        log_tail: str = ""
+        crashed: bool = False
+
+    def __init__(
+        self,
+        engine,
+        request: GenerateRequest,
+        reply_id: int,
+        post: Callable[[Message], bool],
+        batch_s: Callable[[], float] = lambda: SMOOTH.text_s,
+    ) -> None:
+        self.engine, self.request, self.reply_id = engine, request, reply_id
+        self.post, self.batch_s = post, batch_s
+
+    def run(self) -> None:
+        reply_id, post, batch_s = self.reply_id, self.post, self.batch_s
+        batch: list[Token] = []
+        last = 0.0
+        first = True
+
+        def flush() -> None:
+            nonlocal batch, last
+            if batch:
+                post(self.TokensArrived(reply_id, batch))
+                batch = []
+            last = time.perf_counter()
+
+        try:
+            for event in self.engine.generate(self.request):
+                if isinstance(event, Token):
+                    batch.append(event)
+                    if first or time.perf_counter() - last >= batch_s():
+                        first = False
+                        flush()
+                elif isinstance(event, PromptEvaluated):
+                    post(self.PromptShown(reply_id, event))
+                elif isinstance(event, PrefillProgress):
+                    post(self.PrefillProgressed(reply_id, event.done, event.total, event.elapsed_s))
+                elif isinstance(event, SettingsApplied):
                     flush()
-            elif isinstance(event, PromptEvaluated):
-                post(PromptShown(reply_id, event))
-            elif isinstance(event, PrefillProgress):
-                post(PrefillProgressed(reply_id, event.done, event.total, event.elapsed_s))
-            elif isinstance(event, SettingsApplied):
-                flush()
-                post(SettingsTookEffect(reply_id, event))
-            elif isinstance(event, Notice):
-                post(NoticeShown(event.message))
-            elif isinstance(event, Finished):
-                flush()
-                post(ReplyFinished(reply_id, event))
-                return
-            elif isinstance(event, Failed):
-                flush()
-                post(ReplyFailed(reply_id, event.message))
-                return
-        flush()
-        post(ReplyFailed(reply_id, "the reply ended without a finish event"))
-    except EngineCrashed as exc:
-        flush()
-        post(ReplyFailed(reply_id, str(exc), exc.log_tail, crashed=True))
-    except EngineError as exc:
-        flush()
-        post(ReplyFailed(reply_id, str(exc)))
-    except Exception as exc:  # the UI must hear about every failure
-        flush()
-        post(ReplyFailed(reply_id, f"unexpected error: {type(exc).__name__}: {exc}"))
+                    post(self.SettingsTookEffect(reply_id, event))
+                elif isinstance(event, Notice):
+                    post(self.Noted(event.message))
+                elif isinstance(event, Finished):
+                    flush()
+                    post(self.Ended(reply_id, event))
+                    return
+                elif isinstance(event, Failed):
+                    flush()
+                    post(self.Errored(reply_id, event.message))
+                    return
+            flush()
+            post(self.Errored(reply_id, "the reply ended without a finish event"))
+        except EngineCrashed as exc:
+            flush()
+            post(self.Errored(reply_id, str(exc), exc.log_tail, crashed=True))
+        except EngineError as exc:
+            flush()
+            post(self.Errored(reply_id, str(exc)))
+        except Exception as exc:  # the UI must hear about every failure
+            flush()
+            post(self.Errored(reply_id, f"unexpected error: {type(exc).__name__}: {exc}"))

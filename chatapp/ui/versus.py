@@ -16,13 +16,12 @@ from chatapp.chat.recorder import ChatHistory
 from chatapp.chat.session import ChatSession
 from chatapp.config import Config, effective_theme
 from chatapp.engine.protocol import Engine, Token
-from chatapp.errors import ChatappError
 from chatapp.sampling import SamplerSettings
 from chatapp.stats_text import decode_text, ttft_text
 from chatapp.textsafe import printable
+from chatapp.ui.engine_slot import EngineSlot
 from chatapp.ui.literal import LiteralApp, literal
-from chatapp.ui.messages import EngineFailed, EngineReady, ReplyFailed, ReplyFinished, TokensArrived
-from chatapp.ui.streaming import stream_reply
+from chatapp.ui.streaming import ReplyStream
 from chatapp.ui.themes import PANEL_DEFAULTS
 from chatapp.ui.themes import install as install_themes
 from chatapp.ui.widgets.probs import ProbPanel
@@ -131,14 +130,16 @@ class VersusApp(LiteralApp, App):
         super().__init__()
         self.config = config or Config()
         self.notes = list(notes or [])
-        self.factories = factories
+        self.slots = {
+            side: EngineSlot(self, factory, group=f"load-{side}")
+            for side, factory in zip(SIDES, factories, strict=True)
+        }
         self.labels = labels
         self.settings = settings or GREEDY
         self.sessions = {
             "a": ChatSession(history or ChatHistory(None, self._warn), self.settings),
             "b": ChatSession(None, self.settings),  # (its replies are saved through a's)
         }
-        self.engines: dict[str, Engine] = {}
         self.streaming: set[str] = set()
         self.finished: dict[str, object] = {}
         self.cursor: int | None = None
@@ -165,8 +166,8 @@ class VersusApp(LiteralApp, App):
         install_themes(self, effective_theme(self.config))
         for note in self.notes:  # config.toml's problems, as the chat shows them
             self.notify(note, severity="warning", timeout=10)
-        for side in SIDES:
-            self._start(side)
+        for slot in self.slots.values():
+            slot.start()
         self.query_one("#prompt", Input).focus()
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
@@ -180,25 +181,23 @@ class VersusApp(LiteralApp, App):
 
     # ---- the two engines ------------------------------------------------------------------
 
-    @work(thread=True, exit_on_error=False, group="load")
-    def _start(self, side: str) -> None:
-        try:
-            engine = self.factories[SIDES.index(side)]()
-            info = engine.start()
-        except ChatappError as exc:  # a bad file, a failed load: one sentence each
-            self.post_message(EngineFailed(f"{side.upper()}: {exc}"))
-            return
-        self.engines[side] = engine
-        self.sessions[side].attach(engine, info)
-        self.post_message(EngineReady(info))
+    def _side_of(self, slot: EngineSlot) -> str:
+        return next(side for side, mine in self.slots.items() if mine is slot)
 
-    def on_engine_ready(self, message: EngineReady) -> None:
-        if len(self.engines) == 2:
+    def both_loaded(self) -> bool:
+        return all(slot.engine is not None for slot in self.slots.values())
+
+    def on_engine_slot_ready(self, message: EngineSlot.Ready) -> None:
+        info = message.slot.ready(message)
+        self.sessions[self._side_of(message.slot)].attach(message.slot.engine, info)
+        if self.both_loaded():
             self.status("both models ready: type a prompt (alt+left/right: steps, Esc: stop)")
 
-    def on_engine_failed(self, message: EngineFailed) -> None:
-        self.status(f"error: {message.message}")
-        self.notify(message.message, severity="error", timeout=10)
+    def on_engine_slot_failed(self, message: EngineSlot.Failed) -> None:
+        message.slot.failed(message)
+        line = f"{self._side_of(message.slot).upper()}: {message.message}"
+        self.status(f"error: {line}")
+        self.notify(line, severity="error", timeout=10)
 
     def shared_cpu(self, side: str) -> str:
         """A note for the speed line when both workers run on the CPU at once: they share it,
@@ -216,7 +215,7 @@ class VersusApp(LiteralApp, App):
         text = event.value.strip()
         if not text or self.streaming:
             return
-        if len(self.engines) < 2:
+        if not self.both_loaded():
             self.status("the models are still loading")
             return
         event.input.value = ""
@@ -234,12 +233,13 @@ class VersusApp(LiteralApp, App):
 
     @work(thread=True, exit_on_error=False, group="generate")
     def _stream(self, side: str, request) -> None:
-        stream_reply(self.engines[side], request, SIDES.index(side), self.post_message)
+        engine = self.slots[side].engine
+        ReplyStream(engine, request, SIDES.index(side), self.post_message).run()
 
     def _side(self, reply_id: int) -> str:
         return SIDES[reply_id]
 
-    def on_tokens_arrived(self, message: TokensArrived) -> None:
+    def on_reply_stream_tokens_arrived(self, message: ReplyStream.TokensArrived) -> None:
         side = self._side(message.reply_id)
         self.sessions[side].took(message.tokens)
         self.column(side).tokens.extend(message.tokens)
@@ -265,7 +265,7 @@ class VersusApp(LiteralApp, App):
         self.query_one("#label-a", Static).update(f"A's candidates ({shown}){where}")
         self.query_one("#label-b", Static).update(f"B's candidates ({shown})")
 
-    def on_reply_finished(self, message: ReplyFinished) -> None:
+    def on_reply_stream_ended(self, message: ReplyStream.Ended) -> None:
         side = self._side(message.reply_id)
         ev = message.event
         self.sessions[side].finished(ev)
@@ -287,7 +287,7 @@ class VersusApp(LiteralApp, App):
             )
         self.redraw()
 
-    def on_reply_failed(self, message: ReplyFailed) -> None:
+    def on_reply_stream_errored(self, message: ReplyStream.Errored) -> None:
         side = self._side(message.reply_id)
         self.sessions[side].failed(message.message)
         self.streaming.discard(side)
@@ -324,8 +324,5 @@ class VersusApp(LiteralApp, App):
         self.status(f"sampler changed for both files, {when}")
 
     def on_unmount(self) -> None:
-        for engine in self.engines.values():
-            try:
-                engine.close()
-            except Exception:  # closing is best effort
-                pass
+        for slot in self.slots.values():
+            slot.close()

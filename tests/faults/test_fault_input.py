@@ -15,6 +15,7 @@ from helpers import (
     SIZE,
     HostileEngine,
     one_error_line,
+    pane,
     run_cli,
     screen_text,
     status,
@@ -63,15 +64,15 @@ async def test_control_characters_are_shown_as_symbols():
     app = ChatApp(lambda: HostileEngine())
     pasted = "paste:" + "".join(HOSTILE)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.engine is not None)
+        await wait_until(pilot, lambda: app.slot.engine is not None)
         await _paste(pilot, app, pasted)
         await pilot.press("enter")
-        await wait_until(pilot, lambda: len(app.conversation) == 2)
+        await wait_until(pilot, lambda: len(pane(app).session.conversation) == 2)
         await pilot.pause()
         # Nothing lost: what was pasted is sent as the symbols the box showed; the reply's
         # control characters stay exact in the conversation.
-        assert app.conversation[0].content == printable(pasted.replace("\r", "\n"))
-        assert app.conversation[1].content == "".join(" " + w for w in HOSTILE)
+        assert pane(app).session.conversation[0].content == printable(pasted.replace("\r", "\n"))
+        assert pane(app).session.conversation[1].content == "".join(" " + w for w in HOSTILE)
         shown = screen_text(app)
         assert_no_raw(shown)
         assert "paste:␛[31mred␛[0m" in shown  # the user's message
@@ -89,7 +90,7 @@ async def test_control_characters_are_shown_as_symbols():
 async def test_pasted_control_characters_in_the_prompt_box():
     app = ChatApp(lambda: ScriptedEngine())
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.engine is not None)
+        await wait_until(pilot, lambda: app.slot.engine is not None)
         await _paste(pilot, app, "paste:" + "".join(HOSTILE))
         assert_no_raw(screen_text(app))
 
@@ -116,7 +117,7 @@ async def test_megabyte_paste_into_a_small_context(model_path):
     options = LoadOptions(model_path=model_path, n_ctx=512, n_gpu_layers=0)
     app = ChatApp(lambda: LocalEngine(options))
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.engine is not None, timeout=60)
+        await wait_until(pilot, lambda: app.slot.engine is not None, timeout=60)
         prompt = app.query_one("#prompt")
         prompt.focus()
         app.post_message(events.Paste(MEGABYTE))
@@ -127,19 +128,21 @@ async def test_megabyte_paste_into_a_small_context(model_path):
         m = re.fullmatch(INPUT_TOO_LONG.format(n=512), status(app))
         assert m, status(app)
         assert int(m.group(1).replace(",", "")) > 400_000  # ~29 tokens per line of LINE
-        assert prompt.text == MEGABYTE and app.conversation == []  # nothing lost, nothing sent
-        assert app.chat.items() == []
-        assert app.engine is not None and app.engine.alive, "the worker survives it"
+        assert (
+            prompt.text == MEGABYTE and pane(app).session.conversation == []
+        )  # nothing lost, nothing sent
+        assert pane(app).chat.items() == []
+        assert app.slot.engine is not None and app.slot.engine.alive, "the worker survives it"
 
 
 async def test_megabyte_message_does_not_freeze_the_ui():
     app = ChatApp(lambda: ScriptedEngine())
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.engine is not None)
+        await wait_until(pilot, lambda: app.slot.engine is not None)
 
         async def shown_in(text: str) -> float:
             t0 = time.perf_counter()
-            await app.chat.add("user", text)
+            await pane(app).chat.add("user", text)
             await pilot.pause()
             return time.perf_counter() - t0
 

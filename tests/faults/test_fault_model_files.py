@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from gguf_builders import build, kv_str, tensor
-from helpers import SIZE, one_error_line, run_cli, status, submit, type_text, wait_until
+from helpers import SIZE, one_error_line, pane, run_cli, status, submit, type_text, wait_until
 
 from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
@@ -194,16 +194,18 @@ async def test_tui(name, tmp_path, monkeypatch):
     options = LoadOptions(model_path=str(path), n_ctx=512, n_gpu_layers=0)
     app = ChatApp(lambda: LocalEngine(options))
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: not app._loading, timeout=60)
+        await wait_until(pilot, lambda: not app.slot.loading, timeout=60)
         if expected is None:
             assert status(app).startswith(f"ready: {path.name} loaded in ")
-            app.settings = app.settings.with_(max_tokens=3, temperature=0.0)
+            pane(app).session.settings = pane(app).session.settings.with_(
+                max_tokens=3, temperature=0.0
+            )
             await submit(pilot, app, "Hi")
-            await wait_until(pilot, lambda: len(app.conversation) == 2, timeout=60)
-            assert app.conversation[1].content.strip()
+            await wait_until(pilot, lambda: len(pane(app).session.conversation) == 2, timeout=60)
+            assert pane(app).session.conversation[1].content.strip()
             return
         assert status(app) == f"error: {expected}"
-        assert app.engine is None and app.is_running
+        assert app.slot.engine is None and app.is_running
         await type_text(pilot, app, "ok?")
         assert app.query_one("#prompt").text == "ok?"
         assert app.is_running

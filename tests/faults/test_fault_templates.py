@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from helpers import SIZE, run_cli, submit, wait_until
+from helpers import SIZE, pane, run_cli, submit, wait_until
 
 from chatapp.engine.local import loaded_model
 from chatapp.engine.local.engine import LocalEngine
@@ -83,13 +83,13 @@ def test_side_pipe_template_render_is_bounded_too(template_models):
 async def test_tui_tells_the_user(template_models):
     path = str(template_models["raises"])
     app = ChatApp(lambda: LocalEngine(LoadOptions(model_path=path, n_ctx=512, n_gpu_layers=0)))
-    app.settings = app.settings.with_(max_tokens=3, temperature=0.0)
+    pane(app).session.settings = pane(app).session.settings.with_(max_tokens=3, temperature=0.0)
     async with app.run_test(size=SIZE) as pilot:
         await submit(pilot, app, "Hi")
-        await wait_until(pilot, lambda: len(app.conversation) == 2, timeout=60)
+        await wait_until(pilot, lambda: len(pane(app).session.conversation) == 2, timeout=60)
         notes = [(n.title, n.message) for n in app._notifications]
         assert ("Note", NOTES["raises"]) in notes
-        assert app.conversation[1].content.strip()
+        assert pane(app).session.conversation[1].content.strip()
 
 
 def test_time_bound_in_a_thread_leaves_no_stray_exception():

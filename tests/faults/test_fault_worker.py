@@ -9,12 +9,12 @@ import time
 from contextlib import suppress
 
 import pytest
-from helpers import SIZE, status, submit, wait_until
+from helpers import SIZE, pane, status, submit, wait_until
 
 from chatapp.engine.local.engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
-from chatapp.ui import app as app_module
 from chatapp.ui.app import ChatApp
+from chatapp.ui.widgets import conversation as pane_module
 
 RESTARTED = "the model worker {how}; start it again to continue"
 
@@ -22,8 +22,8 @@ RESTARTED = "the model worker {how}; start it again to continue"
 def make_app(model_path: str) -> ChatApp:
     options = LoadOptions(model_path=model_path, n_ctx=512, n_gpu_layers=0)
     app = ChatApp(lambda: LocalEngine(options))
-    app.ignore_eos = True  # a reply long enough to be interrupted
-    app.settings = app.settings.with_(max_tokens=300, temperature=0.0)
+    pane(app).session.ignore_eos = True  # a reply long enough to be interrupted
+    pane(app).session.settings = pane(app).session.settings.with_(max_tokens=300, temperature=0.0)
     return app
 
 
@@ -36,8 +36,10 @@ def _reap(pid: int | None) -> None:
 
 async def _interrupted_reply(pilot, app: ChatApp, fault) -> tuple[int, str]:
     await submit(pilot, app, "Tell me about the sea.")
-    await wait_until(pilot, lambda: app.reply is not None and len(app.reply.tokens) >= 3)
-    pid = app.engine.pid
+    await wait_until(
+        pilot, lambda: pane(app).reply is not None and len(pane(app).reply.tokens) >= 3
+    )
+    pid = app.slot.engine.pid
     fault(pid)
     return pid
 
@@ -45,27 +47,27 @@ async def _interrupted_reply(pilot, app: ChatApp, fault) -> tuple[int, str]:
 def _check_kept(app: ChatApp, message: str) -> None:
     """The partial reply is in the chat, marked; the conversation has the turn and the part."""
     assert status(app) == f"error: {message}"
-    item = app.chat.items()[-1]
+    item = pane(app).chat.items()[-1]
     assert item.role == "assistant" and "error" in item.classes
-    partial = app.last_reply.item.text
+    partial = pane(app).last_reply.item.text
     assert partial.strip(), "the reply so far is kept"
-    assert len(app.last_reply.tokens) >= 3
+    assert len(pane(app).last_reply.tokens) >= 3
     footer = item.footer
     assert footer.startswith(f"⚠ {message}")
     assert "last log lines:" in footer
-    assert [(m.role, m.content) for m in app.conversation] == [
+    assert [(m.role, m.content) for m in pane(app).session.conversation] == [
         ("user", "Tell me about the sea."),
         ("assistant", partial),
     ]
-    assert [i.role for i in app.chat.items()] == ["user", "assistant"]
+    assert [i.role for i in pane(app).chat.items()] == ["user", "assistant"]
 
 
 async def _next_reply_works(pilot, app: ChatApp, old_pid: int, how: str) -> None:
-    app.ignore_eos = False
-    app.settings = app.settings.with_(max_tokens=4)
+    pane(app).session.ignore_eos = False
+    pane(app).session.settings = pane(app).session.settings.with_(max_tokens=4)
     if how == "ctrl+k":
         await pilot.press("ctrl+k")
-        await wait_until(pilot, lambda: app.engine is not None, timeout=60)
+        await wait_until(pilot, lambda: app.slot.engine is not None, timeout=60)
         assert status(app).startswith("ready: ")
         await submit(pilot, app, "Thanks!")
     else:  # the next send starts a worker by itself
@@ -73,11 +75,16 @@ async def _next_reply_works(pilot, app: ChatApp, old_pid: int, how: str) -> None
         prompt.text = "Thanks!"
         prompt.focus()
         await pilot.press("enter")
-    await wait_until(pilot, lambda: len(app.conversation) == 4, timeout=60)
-    assert app.engine.pid != old_pid and app.engine.alive
-    assert [m.role for m in app.conversation] == ["user", "assistant", "user", "assistant"]
-    assert [i.role for i in app.chat.items()] == ["user", "assistant", "user", "assistant"]
-    assert app.conversation[3].content.strip()
+    await wait_until(pilot, lambda: len(pane(app).session.conversation) == 4, timeout=60)
+    assert app.slot.engine.pid != old_pid and app.slot.engine.alive
+    assert [m.role for m in pane(app).session.conversation] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    assert [i.role for i in pane(app).chat.items()] == ["user", "assistant", "user", "assistant"]
+    assert pane(app).session.conversation[3].content.strip()
 
 
 @pytest.mark.slow
@@ -88,10 +95,10 @@ async def test_worker_dies_mid_reply(model_path, sig):
     try:
         async with app.run_test(size=SIZE) as pilot:
             pid = await _interrupted_reply(pilot, app, lambda p: os.kill(p, sig))
-            await wait_until(pilot, lambda: app.reply is None)
+            await wait_until(pilot, lambda: pane(app).reply is None)
             died = f"died while writing a reply (signal {sig.name})"
             _check_kept(app, RESTARTED.format(how=died))
-            assert app.engine is None
+            assert app.slot.engine is None
             await _next_reply_works(pilot, app, pid, "ctrl+k")
     finally:
         _reap(pid)
@@ -104,7 +111,7 @@ async def test_next_send_after_a_crash_starts_a_worker(model_path):
     try:
         async with app.run_test(size=SIZE) as pilot:
             pid = await _interrupted_reply(pilot, app, lambda p: os.kill(p, signal.SIGKILL))
-            await wait_until(pilot, lambda: app.reply is None)
+            await wait_until(pilot, lambda: pane(app).reply is None)
             await _next_reply_works(pilot, app, pid, "send")
     finally:
         _reap(pid)
@@ -112,7 +119,7 @@ async def test_next_send_after_a_crash_starts_a_worker(model_path):
 
 @pytest.mark.slow
 async def test_hung_worker_is_ended_by_escape(model_path, monkeypatch):
-    monkeypatch.setattr(app_module, "STOP_GRACE_S", 0.5)
+    monkeypatch.setattr(pane_module, "STOP_GRACE_S", 0.5)
     app = make_app(model_path)
     pid = None
     try:
@@ -120,10 +127,10 @@ async def test_hung_worker_is_ended_by_escape(model_path, monkeypatch):
             pid = await _interrupted_reply(pilot, app, lambda p: os.kill(p, signal.SIGSTOP))
             t0 = time.monotonic()
             await pilot.press("escape")
-            await wait_until(pilot, lambda: app.reply is None, timeout=30)  # (it does end)
+            await wait_until(pilot, lambda: pane(app).reply is None, timeout=30)  # (it does end)
             # killed after the grace Esc gives a worker, not before; how soon after is the
             # machine's business (a busy one takes longer)
-            assert time.monotonic() - t0 >= app_module.STOP_GRACE_S
+            assert time.monotonic() - t0 >= pane_module.STOP_GRACE_S
             _check_kept(app, RESTARTED.format(how="was ended because it did not stop when asked"))
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)  # the stopped worker is gone, not left behind
@@ -135,21 +142,21 @@ async def test_hung_worker_is_ended_by_escape(model_path, monkeypatch):
 @pytest.mark.slow
 async def test_worker_killed_between_replies_then_send(model_path):
     app = make_app(model_path)
-    app.ignore_eos = False
-    app.settings = app.settings.with_(max_tokens=3)
+    pane(app).session.ignore_eos = False
+    pane(app).session.settings = pane(app).session.settings.with_(max_tokens=3)
     pid = None
     try:
         async with app.run_test(size=SIZE) as pilot:
             await submit(pilot, app, "Hi")
-            await wait_until(pilot, lambda: len(app.conversation) == 2, timeout=60)
-            pid = app.engine.pid
+            await wait_until(pilot, lambda: len(pane(app).session.conversation) == 2, timeout=60)
+            pid = app.slot.engine.pid
             os.kill(pid, signal.SIGKILL)
-            await wait_until(pilot, lambda: not app.engine.alive)
+            await wait_until(pilot, lambda: not app.slot.engine.alive)
             prompt = app.query_one("#prompt")
             prompt.text = "And again?"
             await pilot.press("enter")
-            await wait_until(pilot, lambda: app.engine is not None and app.engine.alive)
-            await wait_until(pilot, lambda: len(app.conversation) == 4, timeout=3)
-            assert [i.role for i in app.chat.items()] == ["user", "assistant"] * 2
+            await wait_until(pilot, lambda: app.slot.engine is not None and app.slot.engine.alive)
+            await wait_until(pilot, lambda: len(pane(app).session.conversation) == 4, timeout=3)
+            assert [i.role for i in pane(app).chat.items()] == ["user", "assistant"] * 2
     finally:
         _reap(pid)

@@ -4,6 +4,7 @@ would have predicted (logit lens), what the model attended to, and the token's n
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,9 +20,10 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from chatapp.engine.inside import Inspection, InspectRequest
-from chatapp.engine.protocol import EngineError
+from chatapp.engine.protocol import Engine, EngineError
 from chatapp.textsafe import token_display
 from chatapp.ui.literal import literal
+from chatapp.ui.widgets.tokens import TokenPanel
 
 LONG_CONTEXT = 1000  # tokens past which a first capture is said to take seconds
 SINK_SHARE = 0.3
@@ -78,8 +80,11 @@ class InsidePanel(VerticalScroll, can_focus=True):
             super().__init__()
             self.found, self.error = found, error
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(
+        self, *, id: str | None = None, engine: Callable[[], Engine | None] = lambda: None
+    ) -> None:
         super().__init__(id=id)
+        self.engine = engine  # the engine to capture with, when one is loaded
         self._last: Target | None = None
         self._captured_once = False
 
@@ -103,9 +108,10 @@ class InsidePanel(VerticalScroll, can_focus=True):
 
     def target(self) -> Target | None:
         """The token selected in the Tokens tab, else the reply's latest one."""
-        panel = getattr(self.app, "token_panel", None)
-        if panel is None:
+        panels = self.screen.query(TokenPanel)
+        if not panels:
             return None
+        panel = panels.first()
         prompt = [t.id for t in panel.prompt]
         reply = [t.id for t in panel.reply]
         if not prompt and not reply:
@@ -129,7 +135,7 @@ class InsidePanel(VerticalScroll, can_focus=True):
             return
         if only_if_new and target == self._last:
             return
-        engine = getattr(self.app, "engine", None)
+        engine = self.engine()
         if engine is None:
             self.status = "No model is loaded."
             return

@@ -1,0 +1,426 @@
+"""The chat's screen: the conversation pane beside the side panels, the chat's keys (quiet under
+a dialog, as a screen's bindings are) and what only changes the view."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, TabbedContent, TabPane
+
+from chatapp.chat.session import ChatSession
+from chatapp.config import Config
+from chatapp.engine.protocol import EngineError, Grammar, ModelInfo
+from chatapp.history.store import StoreError
+from chatapp.sampling import SamplerSettings
+from chatapp.ui.engine_slot import EngineSlot
+from chatapp.ui.pacing import settle_gc
+from chatapp.ui.reply import stored_footer
+from chatapp.ui.screens.conversations import Choice, ConversationsScreen
+from chatapp.ui.screens.file_picker import FilePickerScreen
+from chatapp.ui.screens.grammar import CLEAR, GrammarScreen
+from chatapp.ui.screens.system_prompt import SystemPromptScreen
+from chatapp.ui.widgets.chat import MessageView
+from chatapp.ui.widgets.conversation import ConversationPane
+from chatapp.ui.widgets.inside import InsidePanel
+from chatapp.ui.widgets.probs import ProbPanel
+from chatapp.ui.widgets.sampler import SamplerPanel
+from chatapp.ui.widgets.stats import LiveStats, StatsPanel
+from chatapp.ui.widgets.tokens import ShownToken, TokenPanel, TokenStrip
+
+
+def _key(key: str, action: str, description: str, id: str, show: bool = True) -> Binding:
+    """A chat key: a priority binding (it wins over the message box's own ctrl and alt keys),
+    quiet under a dialog (a screen's bindings are)."""
+    return Binding(key, action, description, show=show, id=id, priority=True)
+
+
+class ChatScreen(Screen):
+    """The chat: its layout, its keys, and the view's toggles. The conversation itself lives
+    in the ConversationPane (`pane`); keys that act on it are passed to it."""
+
+    BINDINGS = [
+        Binding("escape", "stop", "Stop", id="chat.stop"),
+        _key("ctrl+r", "regenerate", "Regenerate", "chat.regenerate"),
+        _key("ctrl+e", "edit_last", "Edit last", "chat.edit_last"),
+        _key("ctrl+o", "continue_reply", "Continue", "chat.continue"),
+        _key("ctrl+w", "rewind", "Rewind here", "chat.rewind"),
+        _key("alt+left", "branch(-1)", "Previous branch", "chat.branch_prev", show=False),
+        _key("alt+right", "branch(1)", "Next branch", "chat.branch_next", show=False),
+        _key("ctrl+n", "new_chat", "New chat", "chat.new"),
+        _key("f1", "app.help", "Help", "app.help"),
+        _key("f2", "system_prompt", "System", "chat.system_prompt"),
+        _key("f3", "toggle_side", "Panels", "view.toggle_side"),
+        _key("f4", "toggle_prompt_tokens", "Prompt tokens", "view.prompt_tokens"),
+        _key("f5", "toggle_ids", "Token ids", "view.token_ids"),
+        _key("f6", "focus_sampler", "Sampler", "view.focus_sampler"),
+        _key("ctrl+t", "app.next_theme", "Theme", "view.next_theme"),
+        _key("f7", "conversations", "History", "chat.history"),
+        _key("ctrl+b", "toggle_thinking", "Think on/off", "chat.think", show=False),
+        _key("alt+r", "regenerate_many(4)", "Regenerate x4", "chat.regenerate_many", show=False),
+        _key("alt+m", "mark_drafts", "Drafts in the reply", "chat.mark_drafts", show=False),
+        _key("alt+d", "cycle_draft", "Drafts off/ngram/model", "chat.draft", show=False),
+        _key("alt+f", "attach_files", "Attach files", "chat.attach", show=False),
+        _key("alt+c", "copy_reply", "Copy the reply", "chat.copy_reply", show=False),
+        _key(
+            "alt+k",
+            "copy_code",
+            "Copy a code block (again: the next)",
+            "chat.copy_code",
+            show=False,
+        ),  # fmt: skip
+        _key(
+            "alt+a",
+            "copy_conversation",
+            "Copy the conversation (Markdown)",
+            "chat.copy_conversation",
+            show=False,
+        ),  # fmt: skip
+        _key("alt+g", "pick_grammar", "JSON schema / grammar", "chat.grammar", show=False),
+        _key(
+            "alt+s",
+            "toggle_surprise",
+            "Surprise: colour the reply's tokens by p",
+            "chat.surprise",
+            show=False,
+        ),  # fmt: skip
+        _key("f8", "app.pick_model", "Models", "models.pick"),
+        _key("f9", "app.model_card", "Model card", "models.card"),
+        _key("f10", "app.compare_models", "Compare", "models.compare"),
+        _key("ctrl+k", "app.restart_engine", "Restart model", "engine.restart", show=False),
+    ]
+
+    def __init__(
+        self,
+        session: ChatSession,
+        slot: EngineSlot,
+        config: Config,
+        settings: SamplerSettings | None = None,
+    ) -> None:
+        super().__init__()
+        self.session = session
+        self.slot = slot
+        self.config = config  # its presets and model_dirs are used here
+        self.initial_settings = settings or SamplerSettings()
+        self.pane = ConversationPane(session, slot, config, id="left")
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="main"):
+            yield self.pane
+            with Vertical(id="side"):
+                stats = StatsPanel(id="stats")
+                stats.border_title = "Speed"
+                yield stats
+                with TabbedContent(id="tabs", initial="tab-probs"):
+                    with TabPane("Next token", id="tab-probs"):
+                        with VerticalScroll():
+                            yield ProbPanel(id="probs")
+                    with TabPane("Tokens", id="tab-tokens"):
+                        yield TokenPanel(id="tokens")
+                    with TabPane("Inside", id="tab-inside"):
+                        yield InsidePanel(id="inside", engine=lambda: self.slot.engine)
+                sampler = SamplerPanel(
+                    self.initial_settings, presets=self.config.all_presets(), id="sampler"
+                )
+                sampler.border_title = "Sampler (live)"
+                yield sampler
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.probs.settings = self.initial_settings
+        self.query_one("#prompt").focus()
+        self.screen_layout_refresh_signal.subscribe(self, self._focus_in_sight)
+        self.call_after_refresh(settle_gc)
+        self.pane.start_model()
+
+    # ---- its parts --------------------------------------------------------------------------
+
+    @property
+    def probs(self) -> ProbPanel:
+        return self.query_one("#probs", ProbPanel)
+
+    @property
+    def token_panel(self) -> TokenPanel:
+        return self.query_one("#tokens", TokenPanel)
+
+    @property
+    def stats_panel(self) -> StatsPanel:
+        return self.query_one("#stats", StatsPanel)
+
+    @property
+    def sampler(self) -> SamplerPanel:
+        return self.query_one("#sampler", SamplerPanel)
+
+    # ---- the model, as the app's EngineSlot reports it --------------------------------------
+
+    def model_ready(self, info: ModelInfo) -> None:
+        self.stats_panel.info = info
+        self.stats_panel.stats = LiveStats(state="ready", n_ctx=info.n_ctx)
+        self.pane.model_ready(info)
+
+    def model_failed(self, message: str) -> None:
+        self.stats_panel.stats = self.stats_panel.stats.but(state="no model")
+        self.pane.model_failed(message)
+
+    def tuned(self, info: ModelInfo) -> None:
+        self.session.info = info
+        self.stats_panel.info = info
+
+    # ---- keys passed to the conversation ------------------------------------------------------
+
+    async def action_stop(self) -> None:
+        """Esc: stop the reply; with none, narrow: back from the panels to the chat; else stop
+        F8's Hub download, if one runs."""
+        if not self.pane.stop() and not self.back_to_the_chat():
+            await self.run_action("app.stop_download")
+
+    async def action_regenerate(self) -> None:
+        await self.pane.regenerate()
+
+    async def action_regenerate_many(self, n: int = 4) -> None:
+        await self.pane.regenerate_many(n)
+
+    async def action_edit_last(self) -> None:
+        await self.pane.edit_last()
+
+    async def action_continue_reply(self) -> None:
+        await self.pane.continue_reply()
+
+    async def action_rewind(self) -> None:
+        await self.pane.rewind()
+
+    async def action_branch(self, step: int) -> None:
+        await self.pane.switch_branch(step)
+
+    async def action_new_chat(self) -> None:
+        await self.pane.new_chat()
+
+    def action_copy_reply(self) -> None:
+        self.pane.clipboard.reply()
+
+    def action_copy_code(self) -> None:
+        self.pane.clipboard.code()
+
+    def action_copy_conversation(self) -> None:
+        self.pane.clipboard.conversation_markdown(getattr(self.app, "model_label", ""))
+
+    def action_attach_files(self) -> None:
+        """The file picker: each file chosen joins the next message, as `/file PATH` does."""
+        self.app.push_screen(FilePickerScreen(Path.cwd(), self.pane.attached.add))
+
+    async def on_prob_panel_picked(self, message: ProbPanel.Picked) -> None:
+        await self.pane.pick(message.step, message.candidate)
+
+    def on_sampler_panel_draft_pressed(self, message: SamplerPanel.DraftPressed) -> None:
+        self.action_cycle_draft()
+
+    @on(SamplerPanel.SettingsChanged)
+    def on_settings_changed(self, message: SamplerPanel.SettingsChanged) -> None:
+        try:
+            live = self.session.change_settings(message.settings)
+        except EngineError as exc:
+            self.sampler.set_status(str(exc))
+            return
+        self.sampler.set_status(
+            "sent: applies from the next token…" if live else "applies to the next reply"
+        )
+
+    @on(TokenStrip.Selected, "#reply-tokens")
+    def on_reply_token_selected(self, message: TokenStrip.Selected) -> None:
+        """A token of the reply selected in the Tokens tab: its candidates in the Next token
+        tab, against the settings it was sampled with."""
+        reply, index = self.pane.reply or self.pane.last_reply, message.index
+        if self.token_panel.show_prompt or reply is None:
+            return
+        if 0 <= index < len(reply.tokens):
+            tok = reply.tokens[index]
+            self.probs.step = index
+            self.probs.settings = reply.settings_at(index, self.session.settings)
+            self.probs.chosen = tok.id
+            self.probs.candidates = tok.candidates
+
+    # ---- the next reply's switches --------------------------------------------------------
+
+    def action_toggle_thinking(self) -> None:
+        """Thinking models: the template's reasoning switch, on or off from the next reply."""
+        on = self.session.enable_thinking is False
+        self.session.enable_thinking = on
+        state = "on" if on else "off"
+        self.pane.set_status(f"thinking {state} from the next reply (where the template has it)")
+
+    def action_cycle_draft(self) -> None:
+        """Speculative decoding for the next reply: off, n-gram drafts, the draft model (when
+        one is loaded), off again."""
+        info = self.session.info
+        order = ["", "ngram"] + (["model"] if info and info.draft_model else [])
+        current = self.session.speculation if self.session.speculation in order else ""
+        self.session.speculation = order[(order.index(current) + 1) % len(order)]
+        self.sampler.show_draft(self.session.speculation)
+        self.pane.set_status(f"drafts: {self.session.speculation or 'off'} from the next reply")
+
+    def action_mark_drafts(self) -> None:
+        """Show the last reply with the tokens that came from accepted drafts marked (as text,
+        not Markdown), or as Markdown again."""
+        last = self.pane.last_reply
+        if self.pane.reply is not None or last is None:
+            return
+        if last.item.marked is not None:
+            last.item.show_marked(None)
+            return
+        drafted = sum(t.drafted for t in last.tokens)
+        last.item.show_marked([(t.text, t.drafted) for t in last.tokens])
+        self.pane.set_status(
+            f"{drafted} of {len(last.tokens)} tokens came from accepted drafts (alt+m: back)"
+        )
+
+    # ---- dialogs --------------------------------------------------------------------------
+
+    def action_system_prompt(self) -> None:
+        def done(text: str | None) -> None:
+            if text is not None:
+                self.session.set_system_prompt(text)
+                self.pane.set_status("system prompt set" if text else "system prompt cleared")
+
+        self.app.push_screen(SystemPromptScreen(self.session.system_prompt, self.config), done)
+
+    def action_pick_grammar(self) -> None:
+        def done(choice: Grammar | str | None) -> None:
+            if choice is not None:
+                self.session.grammar = None if choice == CLEAR else choice  # type: ignore[assignment]
+                self.pane.set_status(
+                    "replies are free again" if choice == CLEAR else "from the next reply"
+                )
+
+        self.app.push_screen(GrammarScreen(self.session.grammar), done)
+
+    def action_conversations(self) -> None:
+        if self.pane.reply is not None:
+            self.notify("Stop the reply first (Esc).")
+            return
+        store = self.session.history.store
+        if store is None:
+            self.notify("History is not available in this session.", severity="warning")
+            return
+
+        async def done(choice: Choice | None) -> None:
+            if choice is None:
+                return
+            await self.pane.new_chat()
+            if choice.conversation_id is not None:
+                await self.resume(choice.conversation_id)
+
+        self.app.push_screen(ConversationsScreen(store), done)
+
+    # ---- a saved conversation ------------------------------------------------------------
+
+    async def resume(self, conversation_id: int) -> None:
+        """Open a saved conversation where it was: its messages, system prompt, settings, model."""
+        try:
+            conv, kept = self.session.resume(conversation_id)
+        except StoreError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        if conv.sampler is not None:
+            self.sampler.settings = conv.sampler
+            self.sampler.sync_sliders()
+        views = [MessageView(m.role, m.text, stored_footer(m)) for m in kept]
+        await self.pane.chat.add_items(views)
+        self.pane.branches.label()
+        self.pane.set_status(f"resumed: {conv.title} ({len(kept)} messages)")
+        info, options = self.session.info, self.pane.slot.options
+        loaded = info.path if info else None
+        if conv.model_path and options and conv.model_path != loaded:
+            if Path(conv.model_path).is_file():
+                self.pane.slot.use(dataclasses.replace(options, model_path=conv.model_path))
+                self.pane.start_model()
+            else:
+                self.notify(
+                    f"this chat was made with {conv.model_path}, which is gone; "
+                    "continuing with the loaded model",
+                    severity="warning",
+                )
+
+    # ---- the view ---------------------------------------------------------------------------
+
+    @property
+    def narrow(self) -> bool:
+        """Below 100 columns: the chat and the panels take the whole width in turn."""
+        return self.has_class("-narrow")
+
+    def action_toggle_side(self) -> None:
+        """Wide: hide or show the panels. Narrow: switch between the chat and the panels."""
+        main = self.query_one("#main")
+        main.toggle_class("-swap")
+        if self.narrow:
+            shown = self.probs if main.has_class("-swap") else self.query_one("#prompt")
+            self.call_after_refresh(shown.focus)
+
+    def show_panels(self) -> None:
+        """Bring the panels into sight (narrow: in place of the chat)."""
+        self.query_one("#main").set_class(self.narrow, "-swap")
+
+    def back_to_the_chat(self) -> bool:
+        """Narrow with the panels in place of the chat: the chat again, its prompt focused
+        (Esc there). False where the chat is already in sight."""
+        if not (self.narrow and self.query_one("#main").has_class("-swap")):
+            return False
+        self.action_toggle_side()
+        return True
+
+    def _focus_in_sight(self, screen: Screen) -> None:
+        """Give the focus to the prompt where the focused widget is hidden (keys typed into a
+        widget nobody sees are lost): across the 100-column breakpoint the panels' swap changes
+        meaning (narrow: shown instead of the chat; wide: hidden), so a resize can hide a
+        focused slider. Run on each layout refresh of this screen (a few attribute reads)."""
+        if screen is not self.app.screen:
+            return
+        focused = screen.focused
+        if focused is None or all(node.display for node in focused.ancestors_with_self):
+            return
+        prompt = screen.query_one("#prompt")
+        if all(node.display for node in prompt.ancestors_with_self):
+            prompt.focus()
+
+    def action_toggle_prompt_tokens(self) -> None:
+        self.query_one(TabbedContent).active = "tab-tokens"
+        self.token_panel.show_prompt = not self.token_panel.show_prompt
+
+    def action_toggle_ids(self) -> None:
+        self.token_panel.toggle_ids()
+
+    def action_toggle_surprise(self) -> None:
+        self.query_one(TabbedContent).active = "tab-tokens"
+        self.token_panel.surprise = not self.token_panel.surprise
+
+    def action_focus_sampler(self) -> None:
+        self.show_panels()  # narrow: once the panels are laid out, the focus scrolls to it
+        self.call_after_refresh(self.query_one("#slider-temperature").focus)
+
+    # ---- the tokenizer box ----------------------------------------------------------------
+
+    @on(Input.Changed, "#tokenizer-input")
+    def on_tokenizer_input(self, message: Input.Changed) -> None:
+        self.app.run_worker(
+            lambda: self._tokenize_typed(message.value),
+            thread=True, exclusive=True, group="tokenize", exit_on_error=False,
+        )  # fmt: skip
+
+    def _tokenize_typed(self, text: str) -> None:
+        """In a worker thread: the typed text's tokens, shown in the Tokens tab."""
+        engine = self.slot.engine
+        if engine is None or not text:
+            self.app.call_from_thread(self.token_panel.show_typed, [])
+            return
+        try:
+            pieces = engine.tokenize(text, special=True)
+        except EngineError as exc:
+            self.app.call_from_thread(self.pane.set_status, f"error: {exc}", True)
+            return
+        shown = [ShownToken(p.id, p.piece, special=p.special) for p in pieces]
+        self.app.call_from_thread(self.token_panel.show_typed, shown)

@@ -1,0 +1,442 @@
+"""The conversation pane: the chat, its status line and message box, the ChatSession behind them
+and the one live reply (send, stream, stop, regenerate, edit, continue, rewind, branches)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
+
+from chatapp.chat.attachments import Attachment
+from chatapp.chat.session import ChatSession, PickError
+from chatapp.config import Config, draft_source
+from chatapp.engine.protocol import Candidate, ModelInfo, Token
+from chatapp.ui.attach_box import AttachBox
+from chatapp.ui.branch_view import BranchView, show_tokens
+from chatapp.ui.copy_actions import Clipboard
+from chatapp.ui.engine_slot import EngineSlot
+from chatapp.ui.literal import literal
+from chatapp.ui.pacing import FramePacer, settle_gc
+from chatapp.ui.panel_feed import PanelFeed
+from chatapp.ui.prompt_input import PromptInput
+from chatapp.ui.reply import Reply, footer_for
+from chatapp.ui.reply_report import ReplyReport
+from chatapp.ui.streaming import SMOOTH, ReplyStream
+from chatapp.ui.widgets.chat import ChatView, MessageView
+from chatapp.ui.widgets.probs import ProbPanel
+from chatapp.ui.widgets.sampler import SamplerPanel
+from chatapp.ui.widgets.stats import LiveStats, StatsPanel
+from chatapp.ui.widgets.tokens import TokenPanel
+
+STOP_GRACE_S = 3.0  # after Esc, a worker that has not stopped by then is killed
+
+
+class ConversationPane(Vertical):
+    """One conversation: it owns the ChatSession and the live reply, maps the reply's events
+    (posted here by the generation thread, ui/streaming.py) onto the chat and the side panels
+    of its screen, and keeps the reply's edits and branches. The engine comes from `slot`."""
+
+    def __init__(
+        self, session: ChatSession, slot: EngineSlot, config: Config, *, id: str | None = None
+    ) -> None:
+        super().__init__(id=id)
+        self.session = session
+        self.slot = slot
+        self.config = config
+        session.enable_thinking = config.think
+        session.speculation = draft_source(config.draft)[0]
+        self.report = ReplyReport()  # the Speed panel's note on each finished reply
+        self.reply: Reply | None = None
+        self.last_reply: Reply | None = None
+        self._reply_ids = 0
+        self._reply_pending = False  # a user turn waits for the model to (re)load
+        self.first_paint_s: list[float] = []  # submit -> first token painted, per reply
+        self.paint_log: list[tuple[float, int]] = []  # (UI time, tokens) per batch shown
+        self.pacer = FramePacer(SMOOTH)  # how often a streaming reply is drawn, paced here
+        self.attached = AttachBox(self)  # files for the next message (`/file PATH`)
+        self.clipboard = Clipboard(self)
+
+    def compose(self) -> ComposeResult:
+        yield ChatView(id="chat")
+        yield Static("", id="status-line")
+        yield PromptInput(id="prompt")
+
+    # ---- the parts it draws on (the side panels are its screen's) -------------------------
+
+    @property
+    def chat(self) -> ChatView:
+        return self.query_one("#chat", ChatView)
+
+    @property
+    def prompt(self) -> PromptInput:
+        return self.query_one("#prompt", PromptInput)
+
+    @property
+    def probs(self) -> ProbPanel:
+        return self.screen.query_one("#probs", ProbPanel)
+
+    @property
+    def token_panel(self) -> TokenPanel:
+        return self.screen.query_one("#tokens", TokenPanel)
+
+    @property
+    def stats_panel(self) -> StatsPanel:
+        return self.screen.query_one("#stats", StatsPanel)
+
+    @property
+    def sampler(self) -> SamplerPanel:
+        return self.screen.query_one("#sampler", SamplerPanel)
+
+    @cached_property
+    def panels(self) -> PanelFeed:
+        feed = PanelFeed(self, self.token_panel, self.probs, self.stats_panel)
+        feed.pacer = self.pacer
+        return feed
+
+    @cached_property
+    def branches(self) -> BranchView:
+        """The messages' branch labels, and the chat pane when the branch is switched."""
+        return BranchView(self.session, self.chat)
+
+    @property
+    def busy(self) -> bool:  # a reply is in progress (then the model stays as it is)
+        return self.reply is not None
+
+    def set_status(self, text: str, error: bool = False) -> None:
+        line = self.query_one("#status-line", Static)
+        tag = self.status_tag()  # what applies to every reply (a grammar) stays in sight
+        line.update(literal(f"{tag} · {text}" if tag and text else tag or text), layout=False)
+        line.set_class(error, "error")
+
+    def status_tag(self) -> str:
+        grammar = self.session.grammar
+        return f"⊘ {grammar.source}" if grammar is not None else ""
+
+    # ---- the model ------------------------------------------------------------------------
+
+    def start_model(self) -> None:
+        if self.slot.start():
+            self.set_status("loading the model…")
+            self.stats_panel.stats = LiveStats(state="loading")
+
+    def model_ready(self, info: ModelInfo) -> None:
+        self.session.attach(self.slot.engine, info)
+        self.set_status(f"ready: {Path(info.path).name} loaded in {info.load_s:.2f} s")
+        self.pacer.use(self.slot.cadence)
+        self.sampler.show_draft(self.session.speculation)
+        if self._reply_pending:
+            self._reply_pending = False
+            self.app.run_worker(self._generate(), exclusive=False)
+
+    def model_failed(self, message: str) -> None:
+        self.session.detach()
+        self.set_status(f"error: {message}", error=True)
+        self._reply_pending = False
+
+    def _wait_for_model(self) -> None:
+        # The turn stays in the conversation and on screen; its reply starts once the model is
+        # loaded (a dead worker is replaced first).
+        self._reply_pending = True
+        self.start_model()
+        self.set_status("the model is loading; your message will be answered when it is ready")
+
+    # ---- sending --------------------------------------------------------------------------
+
+    @on(PromptInput.Submitted)
+    async def on_prompt_submitted(self, message: PromptInput.Submitted) -> None:
+        text = self.attached.take(message.text)  # `/file PATH` lines attach files
+        if text is None or not text.strip():
+            return
+        if self.reply is not None:
+            self.notify("A reply is still streaming: press Esc to stop it first.")
+            return
+        problem = self.attached.ready(text)
+        if problem:  # the message stays in the input, its files attached
+            self.set_status(problem, error=True)
+            return
+        self.prompt.clear()
+        await self.send(text, self.attached.sent())
+
+    async def send(self, text: str, files: Sequence[Attachment] = ()) -> None:
+        """Add a user turn (with its attached files) and generate the reply to it."""
+        self.session.add_user(text, files)
+        await self.chat.add("user", self.session.conversation[-1].content)
+        await self._generate()
+
+    async def _generate(
+        self, prefix: list[Token] | None = None, item: MessageView | None = None
+    ) -> None:
+        if not self.session.ready:
+            self._wait_for_model()
+            return
+        self._reply_ids += 1
+        if item is None:
+            item = await self.chat.add("assistant")
+        await item.start_stream()
+        reply = Reply(self._reply_ids, item, time.perf_counter(), list(prefix or []))
+        settings = reply.initial_settings = self.session.settings
+        self.reply = reply
+        self._blink(False)  # a blinking cursor is two frames a second that the model pays for
+        self.paint_log = []
+        prepared = self.session.prepare(reply.tokens)
+        split = self.session.draft.split
+        reply.shown_thinking, reply.shown_answer = len(split.thinking), len(split.answer)
+        self._show_left_out(item, prepared.dropped)
+        reply.note = prepared.note  # said once: the status line while it streams and when done
+        self.panels.settings = settings
+        self.panels.start(reply)
+        self.pacer.start()
+        self.set_status("generating… (Esc stops)" + (f" · {reply.note}" if reply.note else ""))
+        pacer = self.pacer
+        stream = ReplyStream(
+            self.slot.engine, prepared.request, reply.id, self.post_message, lambda: pacer.text_s
+        )
+        self.app.run_worker(
+            stream.run, thread=True, exclusive=True, group="generate", exit_on_error=False
+        )
+
+    def _show_left_out(self, reply_item: MessageView, dropped: int) -> None:
+        """Dim the messages the prompt leaves out (the oldest); the history keeps them."""
+        items = [it for it in self.chat.items() if it is not reply_item]
+        offset = len(self.session.conversation) - len(items)
+        for i, it in enumerate(items):
+            it.set_class(i + offset < dropped, "left-out")
+
+    def stop(self) -> bool:
+        """Stop the reply streaming (killed after STOP_GRACE_S); False when none streams."""
+        if self.reply is None:
+            return False
+        if self.slot.engine is None:
+            return True
+        self.session.cancel()
+        self.set_status("stopping…")
+        reply_id = self.reply.id
+        self.set_timer(STOP_GRACE_S, lambda: self._kill_if_stuck(reply_id))
+        return True
+
+    def _kill_if_stuck(self, reply_id: int) -> None:
+        if self.reply is not None and self.reply.id == reply_id:
+            self.session.kill()  # the generation thread then reports the worker as crashed
+
+    # ---- the reply's events (posted by the generation thread) -----------------------------
+
+    def on_reply_stream_prompt_shown(self, message: ReplyStream.PromptShown) -> None:
+        self.session.prompt_evaluated(message.event)
+        self.panels.prompt(message.event)
+
+    async def on_reply_stream_tokens_arrived(self, message: ReplyStream.TokensArrived) -> None:
+        reply = self.reply
+        if reply is None or message.reply_id != reply.id:
+            return
+        if any(t.seq for t in message.tokens):  # several replies at once (regenerate x N):
+            self.session.took([t for t in message.tokens if t.seq])  # the others are kept
+            message.tokens = [t for t in message.tokens if not t.seq]  # the first is shown
+            if not message.tokens:
+                return
+        first = not reply.tokens or len(reply.tokens) == len(reply.prefix_ids)
+        reply.add(message.tokens)
+        self.pacer.framed()
+        self.paint_log.append((time.perf_counter(), len(message.tokens)))
+        self.session.took(message.tokens)
+        if self.session.draft is not None:
+            await reply.show_text(self.session.draft)
+        if first and reply.first_paint_s is None:
+            self.call_after_refresh(self._record_first_paint, reply)
+        self.panels.settings = self.session.settings
+        self.panels.took(message.tokens, first)
+
+    def on_reply_stream_prefill_progressed(self, message: ReplyStream.PrefillProgressed) -> None:
+        if self.reply is None or message.reply_id != self.reply.id:
+            return
+        done, total, elapsed = message.done, message.total, message.elapsed_s
+        rate = done / elapsed if elapsed > 0 else 0.0
+        eta = f", about {(total - done) / rate:.0f} s left" if rate > 0 else ""
+        self.set_status(
+            f"reading the prompt: {done:,}/{total:,} tokens ({rate:,.0f} t/s{eta}; Esc stops)"
+        )
+
+    def _record_first_paint(self, reply: Reply) -> None:
+        reply.first_paint_s = time.perf_counter() - reply.submitted
+        self.first_paint_s.append(reply.first_paint_s)
+        self.stats_panel.stats = self.stats_panel.stats.but(first_paint_s=reply.first_paint_s)
+
+    def on_reply_stream_settings_took_effect(self, message: ReplyStream.SettingsTookEffect) -> None:
+        index = message.event.index
+        self.sampler.set_status(f"applied from token {index} of the reply")
+        if self.reply is not None:
+            self.reply.settings_changes.append((index, message.event.settings))
+
+    async def on_reply_stream_ended(self, message: ReplyStream.Ended) -> None:
+        reply = self.reply
+        if reply is None or message.reply_id != reply.id:
+            return
+        self.panels.end()
+        ev = message.event
+        reply.finished = ev
+        info = self.session.info
+        draft = self.session.draft
+        label = reply.thinking_label(draft) if draft else ""
+        split = self.session.finished(ev)
+        if split.thinking or split.closed:
+            if not split.closed:
+                label += " · the reply ended while thinking"
+            await reply.item.finish(
+                split.answer, footer_for(ev, reply, info), split.thinking, label, fold=split.closed
+            )
+        else:
+            await reply.item.finish(ev.text, footer_for(ev, reply, info))
+        self.branches.finished(reply.item.footer)
+        model = info.path if info else ""
+        self.panels.finished(reply, ev, self.report.note(ev, model, reply.first_paint_s))
+        detail = f" ({ev.detail})" if ev.detail else ""
+        self.set_status(f"done: {ev.reason}{detail}" + (f" · {reply.note}" if reply.note else ""))
+        self._end_reply()
+
+    async def on_reply_stream_errored(self, message: ReplyStream.Errored) -> None:
+        reply = self.reply
+        if reply is None or message.reply_id != reply.id:
+            return
+        self.panels.end()
+        text = self.session.failed(message.message)  # what it wrote so far stays
+        note = f"⚠ {message.message}"
+        if message.log_tail:
+            note += "\n\nlast log lines:\n" + message.log_tail
+        await reply.item.finish(text, note)
+        reply.item.add_class("error")
+        self.branches.label()
+        self.stats_panel.stats = self.stats_panel.stats.but(state="error", stop_reason="error")
+        self.set_status(f"error: {message.message}", error=True)
+        if message.crashed:
+            self.slot.lost()
+            self.session.detach()
+            self.notify(
+                "The model worker died. Press ctrl+k (or send again) to start a new one.",
+                title="Model worker crashed",
+                severity="error",
+                timeout=10,
+            )
+        self._end_reply()
+
+    def _end_reply(self) -> None:
+        self.last_reply = self.reply
+        self.reply = None
+        self._blink(True)
+        self.call_after_refresh(settle_gc)
+
+    def _blink(self, on: bool) -> None:
+        if self.slot.cadence.budget is not None:
+            self.prompt.cursor_blink = on
+
+    # ---- the conversation -----------------------------------------------------------------
+
+    async def new_chat(self) -> None:
+        if self.reply is not None:
+            return
+        self.session.new_chat()
+        self.last_reply = None
+        self.branches.footers.clear()
+        await self.chat.clear()
+        self.token_panel.reset_reply()
+        self.probs.candidates = ()
+        self.set_status("new chat")
+
+    async def regenerate(self) -> None:
+        """A new reply to the last turn; the old one stays as a branch (alt+left/right)."""
+        if self.reply is not None or not self.session.conversation:
+            return
+        if self.session.set_aside_last_reply():
+            items = self.chat.items()
+            if items and items[-1].role == "assistant":
+                await items[-1].remove()
+        await self._generate()
+        self.branches.label()
+
+    async def regenerate_many(self, n: int = 4) -> None:
+        """N new replies to the last turn decoded together in one batch (the lesson: the
+        weights are read once per step for all of them); they become branches of the message,
+        the old reply one more."""
+        if self.reply is not None or not self.session.conversation or not self.session.ready:
+            return
+        self.session.alternatives = n
+        await self.regenerate()
+        if self.reply is not None:
+            self.set_status(f"{n} replies decoding together in one batch… (Esc stops)")
+
+    async def edit_last(self) -> None:
+        if self.reply is not None:
+            return
+        text = self.session.take_last_user()
+        if text is None:
+            return
+        items = self.chat.items()
+        user_items = [i for i, it in enumerate(items) if it.role == "user"]
+        for it in items[user_items[-1] :]:
+            await it.remove()
+        self.prompt.text = text
+        self.prompt.focus()
+        self.set_status("editing your last message: Enter sends it again")
+
+    async def continue_reply(self) -> None:
+        last = self.last_reply
+        if self.reply is not None or last is None or not self.session.conversation:
+            return
+        if not self.session.drop_last_reply():
+            return
+        await self._generate(prefix=list(last.tokens), item=last.item)
+
+    async def rewind(self) -> None:
+        """Cut the last reply at the selected token and sample again from there (the old
+        reply stays as a branch)."""
+        last = self.last_reply
+        cursor = self.token_panel.strip.cursor
+        if self.reply is not None or last is None or cursor is None or self.token_panel.show_prompt:
+            self.notify("Select a token of the last reply in the Tokens tab first.")
+            return
+        self.session.set_aside_last_reply()
+        await self._restart(last, list(last.tokens[:cursor]))
+
+    async def pick(self, step: int | None, candidate: Candidate) -> None:
+        """A candidate picked in the Next-token panel: the last reply goes on from it (cut
+        after the tokens before that step); the reply it replaces stays as a branch."""
+        last = self.last_reply
+        if self.reply is not None:
+            self.notify("A reply is still streaming: press Esc to stop it first.")
+            return
+        if last is None:
+            self.notify("Pick a token of a reply made in this session.")
+            return
+        if step is None:  # (the latest step shown: the reply's last token)
+            step = len(last.tokens) - 1
+        try:
+            prefix = self.session.pick(step, candidate)
+        except PickError as exc:
+            self.notify(str(exc))
+            return
+        await self._restart(last, prefix)
+        self.set_status(f"picked {candidate.text!r} at step {step}: generating…")
+
+    async def _restart(self, last: Reply, prefix: list[Token]) -> None:
+        """Generate the last reply again from `prefix`, in its message (rewind, pick)."""
+        await last.item.finish("".join(t.text for t in prefix))
+        await self._generate(prefix=prefix, item=last.item)
+        if prefix and self.reply is not None:  # the latest step is the one picked, until the next
+            self.probs.chosen, self.probs.candidates = prefix[-1].id, prefix[-1].candidates
+        self.branches.label()
+
+    async def switch_branch(self, step: int) -> None:
+        """Show the previous (-1) or next (+1) branch of the newest message that has branches;
+        the conversation goes on from it."""
+        if self.reply is not None:
+            self.notify("A reply is still streaming: press Esc to stop it first.")
+            return
+        switched, last, status = await self.branches.switch_newest(step)
+        if switched:
+            self.last_reply = last
+            show_tokens(self.token_panel, self.probs, last.tokens if last is not None else [])
+        self.set_status(status)
