@@ -261,7 +261,7 @@ def test_chat_steer_gives_the_app_s_session_its_steering(fresh_dirs, model_path,
     steering = steering_option(["happy:2"], "4-9", model_path, None)
     assert steering == Steering((SteerVector("happy", str(path), 2.0),), 4, 9)
     app = build_app(LoadOptions(model_path=model_path), steering=steering)
-    assert app.session.steering == steering
+    assert app.chat_screen.session.steering == steering
     with pytest.raises(SteeringError, match="goes past them"):
         steering_option(["happy:2"], "4-31", model_path, None)
 

@@ -74,7 +74,7 @@ def build_app(
         compare_options=compare_options,
     )
     history.warn = app._warn
-    app.session.steering = steering  # `chat --steer`: every reply (a Steer panel comes later)
+    app.chat_screen.session.steering = steering  # `chat --steer`: every reply
     return app
 
 
