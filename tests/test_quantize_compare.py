@@ -242,7 +242,14 @@ def _orphan_spinner() -> int:
 
 
 class _DisturbedEngine(FakeEngine):
-    """The fake engine; the file named busy.gguf replies while another program spins."""
+    """The fake engine with a thread per core; the file named busy.gguf replies while another
+    program spins on a core (the fake's own 1 thread would leave it a core of its own)."""
+
+    def start(self):
+        import os
+        from dataclasses import replace
+
+        return replace(super().start(), n_threads=os.cpu_count() or 1)
 
     def generate(self, request):
         import os

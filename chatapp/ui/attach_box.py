@@ -60,6 +60,11 @@ class AttachBox:
         self.reading: list[str] = []  # paths being read and counted now
         self.trimming = False  # /trim cuts the files in a thread
         self._round = 0  # /detach starts a new one: files of an older round are dropped
+        # Files are read in parallel threads but attached in the order they were asked for:
+        # a result waits in _arrived until those asked for before it are in.
+        self._asked = 0  # the sequence number of the next file asked for
+        self._next = 0  # the sequence number of the next file to attach
+        self._arrived: dict[int, tuple] = {}
 
     def take(self, text: str) -> str | None:
         """Attach the files of `/file PATH` lines (or drop all for /detach). Returns the text to
@@ -67,6 +72,8 @@ class AttachBox:
         if text.strip() == DETACH:
             self.files, self.reading, self.trimming = [], [], False
             self._round += 1
+            self._arrived.clear()
+            self._next = self._asked
             self.pane.set_status("attachments removed")
             self.show()
             return None
@@ -95,11 +102,12 @@ class AttachBox:
         engine, n_ctx = self.pane.slot.engine, self.context()[0]
         info = self.pane.session.info
         model = info.path if info is not None else ""
-        budget, round_ = self.context()[1], self._round
-        job = partial(self._read, path, engine, n_ctx, budget, model, told, round_)
+        budget, asked = self.context()[1], (self._round, self._asked)
+        self._asked += 1
+        job = partial(self._read, path, engine, n_ctx, budget, model, told, asked)
         self.pane.app.run_worker(job, thread=True, group="attach", exit_on_error=False)
 
-    def _read(self, path, engine, n_ctx, reply_room, model, told, round_) -> None:
+    def _read(self, path, engine, n_ctx, reply_room, model, told, asked) -> None:
         """In a worker thread: read the file, refuse it from its size when it cannot fit,
         count its tokens; the result goes back to the UI thread."""
         limit = byte_limit(n_ctx, reply_room, longest_token_bytes(model)) if n_ctx else None
@@ -108,11 +116,19 @@ class AttachBox:
             result: Attachment | str = count_one(engine, file)
         except AttachmentError as exc:
             result = str(exc)
-        self.pane.app.call_from_thread(self._read_done, path, result, told, round_)
+        self.pane.app.call_from_thread(self._read_done, path, result, told, asked)
 
-    def _read_done(self, path: str, result: Attachment | str, told, round_: int) -> None:
+    def _read_done(self, path: str, result: Attachment | str, told, asked: tuple) -> None:
+        round_, seq = asked
         if round_ != self._round:
             return  # detached meanwhile
+        self._arrived[seq] = (path, result, told)
+        while self._next in self._arrived:
+            self._attach(*self._arrived.pop(self._next))
+            self._next += 1
+
+    def _attach(self, path: str, result: Attachment | str, told) -> None:
+        """A file read (or refused), in the order it was asked for."""
         if path in self.reading:
             self.reading.remove(path)
         if isinstance(result, str):
