@@ -191,3 +191,17 @@ def test_the_speed_panels_threads_line_shows_the_live_count():
     assert run_settings(info, "1 of 2: another program is busy").startswith(
         "1 of 2: another program is busy · fa off"
     )
+
+
+def test_a_reading_over_a_long_idle_gap_says_nothing():
+    """Between two replies another program may have run and stopped: a reading that spans the
+    gap is no hint for the prompt about to be evaluated (bench --busy's quiet runs went one
+    thread short after the pinned engine's turn)."""
+    import time
+
+    from chatapp.engine.local.cpu_load import OtherPrograms
+
+    reader = OtherPrograms(children=False, max_age_s=0.05)
+    time.sleep(0.1)
+    assert reader() is None
+    assert reader() is not None  # the next, close to it, reads

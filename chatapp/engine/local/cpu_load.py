@@ -36,11 +36,13 @@ def _own_seconds(me: psutil.Process) -> float:
 class OtherPrograms:
     """Call it for the cores other programs used since the last call (or since it was made);
     None when psutil cannot say. `children=False` leaves out the children's time (a worker
-    measures only itself: its parent, the UI, is another program to llama.cpp's threads)."""
+    measures only itself: its parent, the UI, is another program to llama.cpp's threads);
+    `max_age_s`: a call later than that after the one before answers None (stale)."""
 
-    def __init__(self, children: bool = True) -> None:
+    def __init__(self, children: bool = True, max_age_s: float | None = None) -> None:
         self._me = psutil.Process()
         self._children = children
+        self._max_age_s = max_age_s  # a longer interval says nothing of now: None
         self._last = self._read()
 
     def _read(self) -> tuple[float, float, float] | None:
@@ -55,6 +57,8 @@ class OtherPrograms:
         before, self._last = self._last, now
         if before is None or now is None or now[2] <= before[2]:
             return None
+        if self._max_age_s is not None and now[2] - before[2] > self._max_age_s:
+            return None  # (between two replies: what ran then may be gone)
         others = (now[0] - before[0]) - (now[1] - before[1])
         return max(0.0, others) / (now[2] - before[2])
 

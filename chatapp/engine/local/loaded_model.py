@@ -118,7 +118,7 @@ class LoadedModel:
             most,
             lambda n: self.lib.llama_set_n_threads(self.ctx, n, n),
             lambda n: self.lib.llama_set_n_threads(self.ctx, most, n),
-            OtherPrograms(children=False),
+            OtherPrograms(children=False, max_age_s=1.0),
         )
 
     def warm_up(self) -> int:
