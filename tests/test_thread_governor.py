@@ -117,7 +117,7 @@ def test_thread_stats_of_a_reply():
 
 
 def test_disturbed_means_other_programs_took_cores_the_threads_needed():
-    from chatapp.models.compare_result import disturbed
+    from chatapp.engine.local.cpu_load import disturbed
 
     assert disturbed(1.0, threads=2, cores=2)  # a spinner on a 2-core box, 2 threads
     assert not disturbed(0.1, threads=2, cores=2)  # a daemon's blip

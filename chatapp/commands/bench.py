@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing as mp
-import os
 import signal
 import subprocess
 import sys
@@ -15,10 +14,9 @@ from pathlib import Path
 
 from chatapp import paths
 from chatapp.engine.local import huge_pages
-from chatapp.engine.local.cpu_load import OtherPrograms
+from chatapp.engine.local.cpu_load import OtherPrograms, disturbed
 from chatapp.engine.protocol import Finished, GenerateRequest, LoadOptions
 from chatapp.metrics import median
-from chatapp.models.compare_result import disturbed
 from chatapp.sampling import SamplerSettings
 
 BENCH_SETTINGS = SamplerSettings(
@@ -303,9 +301,7 @@ def run_bench(
     report = summarize(results, options, tokens, prompt_tokens, reps)
     report["tokens_asked"] = asked
     report["busy_cores"] = [None if b is None else round(b, 2) for b in busy]
-    report["disturbed_reps"] = [
-        i + 1 for i, b in enumerate(busy) if disturbed(b, options.threads, os.cpu_count() or 1)
-    ]
+    report["disturbed_reps"] = [i + 1 for i, b in enumerate(busy) if disturbed(b, options.threads)]
     report["weights_in_memory"] = info.weights_in_memory
     if as_json:
         print(json.dumps(report, indent=2))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chatapp.engine.local.cpu_load import OtherPrograms, share_of_cpu
+from chatapp.engine.local.cpu_load import OtherPrograms, disturbed, share_of_cpu
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineError,
@@ -23,7 +22,7 @@ from chatapp.engine.protocol import (
 )
 from chatapp.gguf.header import inspect
 from chatapp.models import perplexity
-from chatapp.models.compare_result import CompareResult, RunResult, disturbed
+from chatapp.models.compare_result import CompareResult, RunResult
 from chatapp.models.compare_runs import save_result
 from chatapp.sampling import SamplerSettings
 
@@ -126,7 +125,7 @@ def _run_one(
         reply, finished = reply_ids(engine, request)
         busy_cores = others()
         busy = share_of_cpu(busy_cores)
-        unsure = disturbed(busy_cores, info.n_threads, os.cpu_count() or 1)
+        unsure = disturbed(busy_cores, info.n_threads)
         if scoring is None:
             ids = [t.id for t in engine.tokenize(REFERENCE_TEXT, special=False)]
             scored = _Scored(ids, engine.score(ids))

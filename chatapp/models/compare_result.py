@@ -4,14 +4,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-SPARE_CORES = 0.25  # other programs may use this much of a core beyond the spare ones
-
-
-def disturbed(busy_cores: float | None, threads: int, cores: int) -> bool:
-    """Whether other programs took time from llama.cpp's threads: they used more than the
-    cores its threads left free (plus a quarter of one, for the odd daemon)."""
-    return busy_cores is not None and busy_cores > max(cores - threads, 0) + SPARE_CORES
-
 
 @dataclass(frozen=True)
 class RunResult:

@@ -63,6 +63,17 @@ class OtherPrograms:
         return max(0.0, others) / (now[2] - before[2])
 
 
+SPARE_CORES = 0.25  # other programs may use this much of a core beyond the spare ones
+
+
+def disturbed(busy_cores: float | None, threads: int, cores: int | None = None) -> bool:
+    """Whether other programs took time from llama.cpp's threads: they used more than the
+    cores its threads left free (plus a quarter of one, for the odd daemon). `cores`: this
+    machine's logical CPUs unless given."""
+    cores = cores or psutil.cpu_count() or 1
+    return busy_cores is not None and busy_cores > max(cores - threads, 0) + SPARE_CORES
+
+
 def share_of_cpu(cores: float | None) -> float | None:
     """Cores used, as a share of all the machine's CPUs."""
     if cores is None:
