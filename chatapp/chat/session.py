@@ -28,7 +28,7 @@ from chatapp.engine.protocol import (
     StopReason,
     Token,
 )
-from chatapp.engine.steering import Steering
+from chatapp.engine.steering import STEERING_OFF, Steering
 from chatapp.errors import ChatappError
 from chatapp.history.records import Conversation, Message, StoreError
 from chatapp.sampling import SamplerSettings
@@ -174,12 +174,11 @@ class ChatSession:
         return True
 
     def steering_applied(self, event: SteeringApplied) -> None:
-        """The engine changed the steering mid-reply: kept with the reply in history."""
-        if self.last_steering is not None:
-            change = (event.index, event.steering.vectors)
-            self.last_steering = replace(
-                self.last_steering, changes=(*self.last_steering.changes, change)
-            )
+        """The engine changed the steering mid-reply: kept with the reply in history (a reply
+        begun unsteered too: its record then starts with no vectors)."""
+        before = self.last_steering or STEERING_OFF
+        change = (event.index, event.steering.vectors)
+        self.last_steering = replace(before, changes=(*before.changes, change))
 
     # ---- turns --------------------------------------------------------------------------
 

@@ -160,8 +160,8 @@ def meter_dict(name: str, path: str, found: Meter) -> dict:
 
 
 def middle_layer(found: Meter) -> int:
-    """The layer shown when none is chosen: the middle one, where concepts tend to be clearest."""
-    return (found.projections.shape[1] + 1) // 2
+    """The layer shown when none is chosen (Meter.middle_layer)."""
+    return found.middle_layer
 
 
 def meter_text(found: Meter, layer: int) -> str:

@@ -97,12 +97,17 @@ def _lines(path: Path) -> tuple[str, ...]:
             text = f.read(MAX_TEXTS * MAX_TEXT_CHARS + 1)
     except OSError as exc:
         raise SteeringError(f"cannot read {path} ({exc.strerror or exc})") from None
+    return examples(text, str(path))
+
+
+def examples(text: str, where: str) -> tuple[str, ...]:
+    """The examples of a text, one a line (blank lines skipped); `where` names it in errors."""
     lines = tuple(line.strip() for line in text.splitlines() if line.strip())
     if not lines:
-        raise SteeringError(f"{path} has no texts: write one example a line")
+        raise SteeringError(f"{where} has no texts: write one example a line")
     if len(lines) > MAX_TEXTS or max(len(x) for x in lines) > MAX_TEXT_CHARS:
         raise SteeringError(
-            f"{path} is too long: up to {MAX_TEXTS} texts of {MAX_TEXT_CHARS} characters each"
+            f"{where} is too long: up to {MAX_TEXTS} texts of {MAX_TEXT_CHARS} characters each"
         )
     return lines
 

@@ -117,6 +117,12 @@ class Meter:
         cols = rows if layers is None else rows[:, [n - 1 for n in layers]]
         return float(np.nanmean(cols)) if cols.size else float("nan")
 
+    @property
+    def middle_layer(self) -> int:
+        """The layer shown when none is chosen: the middle one, where concepts tend to be
+        clearest."""
+        return (self.projections.shape[1] + 1) // 2
+
 
 def _vectors(items) -> tuple[SteerVector, ...]:
     return tuple(SteerVector(str(v["name"]), str(v["path"]), float(v["strength"])) for v in items)

@@ -19,6 +19,7 @@ from chatapp.engine.protocol import (
     PrefillProgress,
     PromptEvaluated,
     SettingsApplied,
+    SteeringApplied,
     Token,
     fills_the_cpu,
 )
@@ -91,6 +92,13 @@ class ReplyStream:
         event: SettingsApplied
 
     @dataclass
+    class SteeringTookEffect(Message):
+        """New steering (the Steer tab) took effect from token `event.index` of the reply."""
+
+        reply_id: int
+        event: SteeringApplied
+
+    @dataclass
     class Noted(Message):
         """The engine's note on the reply (a sampler setting the server ignores...)."""
 
@@ -150,6 +158,9 @@ class ReplyStream:
                 elif isinstance(event, SettingsApplied):
                     flush()
                     post(self.SettingsTookEffect(reply_id, event))
+                elif isinstance(event, SteeringApplied):
+                    flush()
+                    post(self.SteeringTookEffect(reply_id, event))
                 elif isinstance(event, Notice):
                     post(self.Noted(event.message))
                 elif isinstance(event, Finished):

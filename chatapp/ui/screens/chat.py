@@ -25,12 +25,14 @@ from chatapp.ui.screens.conversations import Choice, ConversationsScreen
 from chatapp.ui.screens.file_picker import FilePickerScreen
 from chatapp.ui.screens.grammar import CLEAR, GrammarScreen
 from chatapp.ui.screens.system_prompt import SystemPromptScreen
+from chatapp.ui.streaming import ReplyStream
 from chatapp.ui.widgets.chat import MessageView
 from chatapp.ui.widgets.conversation import ConversationPane
 from chatapp.ui.widgets.inside import InsidePanel
 from chatapp.ui.widgets.probs import ProbPanel
 from chatapp.ui.widgets.sampler import SamplerPanel
 from chatapp.ui.widgets.stats import LiveStats, StatsPanel
+from chatapp.ui.widgets.steer_panel import SteerPanel
 from chatapp.ui.widgets.tokens import ShownToken, TokenPanel, TokenStrip
 
 
@@ -81,6 +83,7 @@ class ChatScreen(Screen):
             "chat.copy_conversation",
             show=False,
         ),  # fmt: skip
+        _key("alt+v", "steer", "Steer: control vectors", "chat.steer", show=False),
         _key("alt+g", "pick_grammar", "JSON schema / grammar", "chat.grammar", show=False),
         _key(
             "alt+s",
@@ -125,6 +128,8 @@ class ChatScreen(Screen):
                         yield TokenPanel(id="tokens")
                     with TabPane("Inside", id="tab-inside"):
                         yield InsidePanel(id="inside", engine=lambda: self.slot.engine)
+                    with TabPane("Steer", id="tab-steer"):
+                        yield SteerPanel(self.session, lambda: self.slot.engine, id="steer")
                 sampler = SamplerPanel(
                     self.initial_settings, presets=self.config.all_presets(), id="sampler"
                 )
@@ -163,6 +168,7 @@ class ChatScreen(Screen):
         self.stats_panel.info = info
         self.stats_panel.stats = LiveStats(state="ready", n_ctx=info.n_ctx)
         self.pane.model_ready(info)
+        self.query_one("#steer", SteerPanel).model_ready(info)
 
     def model_failed(self, message: str) -> None:
         self.stats_panel.stats = self.stats_panel.stats.but(state="no model")
@@ -230,6 +236,15 @@ class ChatScreen(Screen):
         self.sampler.set_status(
             "sent: applies from the next token…" if live else "applies to the next reply"
         )
+
+    def on_reply_stream_steering_took_effect(self, message: ReplyStream.SteeringTookEffect) -> None:
+        self.query_one("#steer", SteerPanel).applied(message.event)
+
+    def action_steer(self) -> None:
+        """The Steer tab, its first control focused."""
+        self.show_panels()
+        self.query_one(TabbedContent).active = "tab-steer"
+        self.call_after_refresh(self.query_one("#steer", SteerPanel).focus_first)
 
     @on(TokenStrip.Selected, "#reply-tokens")
     def on_reply_token_selected(self, message: TokenStrip.Selected) -> None:

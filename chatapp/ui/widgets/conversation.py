@@ -272,6 +272,12 @@ class ConversationPane(Vertical):
         if self.reply is not None:
             self.reply.settings_changes.append((index, message.event.settings))
 
+    def on_reply_stream_steering_took_effect(self, message: ReplyStream.SteeringTookEffect) -> None:
+        """Steering changed mid-reply (the Steer tab): kept with the reply, marked in Tokens."""
+        if self.reply is not None and message.reply_id == self.reply.id:
+            self.session.steering_applied(message.event)
+            self.token_panel.mark_steering(message.event.index)
+
     async def on_reply_stream_ended(self, message: ReplyStream.Ended) -> None:
         reply = self.reply
         if reply is None or message.reply_id != reply.id:

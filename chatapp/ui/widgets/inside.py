@@ -53,6 +53,7 @@ class InsidePanel(VerticalScroll, can_focus=True):
     DEFAULT_CSS = """
     InsidePanel { height: 1fr; }
     InsidePanel > #inside-status { color: $text-muted; }
+    InsidePanel > #inside-concept { height: auto; }
     InsidePanel .inside--bar { color: $accent; }
     InsidePanel .inside--heat { background: $warning; }
     InsidePanel .inside--muted { color: $text-muted; }
@@ -90,7 +91,12 @@ class InsidePanel(VerticalScroll, can_focus=True):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="inside-status")
+        yield Static("", id="inside-concept")
         yield Static("", id="inside-body")
+
+    def show_concept(self, curve: Text) -> None:
+        """The concept meter's per-layer curve of the selected token (the Steer tab draws it)."""
+        self.query_one("#inside-concept", Static).update(curve)
 
     def on_mount(self) -> None:
         from textual.widgets import TabbedContent, TabPane

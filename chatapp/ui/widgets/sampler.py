@@ -15,7 +15,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Button, Static
 
-from chatapp.sampling import BY_NAME, PRESETS, SLIDERS, SamplerSettings
+from chatapp.sampling import BY_NAME, PRESETS, SLIDERS, Sampler, SamplerSettings
 from chatapp.ui.literal import literal
 
 SLIDER_FIELDS = tuple(row.name for row in SLIDERS)
@@ -55,10 +55,12 @@ class Slider(Widget, can_focus=True):
         def control(self) -> Slider:
             return self.slider
 
-    def __init__(self, field: str, value: float, *, id: str | None = None) -> None:
+    def __init__(
+        self, field: str, value: float, *, id: str | None = None, row: Sampler | None = None
+    ) -> None:
         super().__init__(id=id)
         self.field = field
-        self.sampler = sampler = BY_NAME[field]
+        self.sampler = sampler = row or BY_NAME[field]  # row: a slider of another panel
         self.low = sampler.bound.low
         self.high = sampler.slider_high or sampler.bound.high
         self.step = sampler.bound.step

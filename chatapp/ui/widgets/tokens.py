@@ -46,6 +46,9 @@ class TokenStrip(Widget, can_focus=True):
         "tokenstrip--rejected",
         "tokenstrip--sure",
         "tokenstrip--surprised",
+        "tokenstrip--steer-mark",
+        "tokenstrip--concept-low",
+        "tokenstrip--concept-high",
     }
     DEFAULT_CSS = """
     TokenStrip { height: auto; min-height: 1; padding: 0 1; }
@@ -60,6 +63,9 @@ class TokenStrip(Widget, can_focus=True):
     TokenStrip > .tokenstrip--rejected { color: $text-disabled; text-style: strike; }
     TokenStrip > .tokenstrip--sure { background: $success-darken-2; color: $foreground; }
     TokenStrip > .tokenstrip--surprised { background: $error; color: $foreground; }
+    TokenStrip > .tokenstrip--steer-mark { color: $warning; text-style: bold; }
+    TokenStrip > .tokenstrip--concept-low { background: $primary; color: $foreground; }
+    TokenStrip > .tokenstrip--concept-high { background: $warning; color: $foreground; }
     TokenStrip:focus { background: $boost; }
     """
     BINDINGS = [
@@ -80,6 +86,10 @@ class TokenStrip(Widget, can_focus=True):
     """Draw the drafts turned down at each position after its token (speculative decoding)."""
     surprise: reactive[bool] = reactive(False)
     """Colour each token with a log-probability by how surprised the model was to write it."""
+    marks: reactive[frozenset[int]] = reactive(frozenset())
+    """Tokens drawn after a ▸: the first computed with steering changed mid-reply."""
+    concept: reactive[tuple[float, ...]] = reactive(())
+    """The concept meter per token, -1..1 (NaN: none): low and high colours, over surprise."""
 
     class Selected(Message):
         """The cursor moved to a token."""
@@ -114,8 +124,13 @@ class TokenStrip(Widget, can_focus=True):
             style = cursor if i == self.cursor else special if tok.special else styles[i % 2]
             if self.surprise and tok.logprob is not None and i != self.cursor:
                 style = self.surprise_style(tok.logprob)
+            if i < len(self.concept) and not math.isnan(self.concept[i]) and i != self.cursor:
+                style = self.concept_style(style, self.concept[i])
             if tok.drafted and i != self.cursor:
                 style = style + draft
+            if i in self.marks:
+                text.append("▸", self.get_component_rich_style("tokenstrip--steer-mark"))
+                start = len(text)
             text.append(token_display(tok.piece) or "∅", style)
             if self.show_ids:
                 text.append(f"{tok.id}", id_style)
@@ -136,6 +151,15 @@ class TokenStrip(Widget, can_focus=True):
         if a is None or b is None or a.triplet is None or b.triplet is None:
             return hot if share > 0.5 else sure
         return sure + Style(bgcolor=Color.from_triplet(blend_rgb(a.triplet, b.triplet, share)))
+
+    def concept_style(self, base: Style, share: float) -> Style:
+        """The token's own colours blended toward concept-high (share 1) or -low (share -1)."""
+        end = self.get_component_rich_style(f"tokenstrip--concept-{'high' if share > 0 else 'low'}")
+        a, b = base.bgcolor, end.bgcolor
+        if a is None or b is None or a.triplet is None or b.triplet is None:
+            return end if abs(share) > 0.5 else base
+        mixed = blend_rgb(a.triplet, b.triplet, min(abs(share), 1.0))
+        return base + Style(bgcolor=Color.from_triplet(mixed))
 
     def action_toggle_rejected(self) -> None:
         self.show_rejected = not self.show_rejected
@@ -227,6 +251,8 @@ class TokenPanel(Vertical):
         super().__init__(id=id)
         self.reply: list[ShownToken] = []
         self.prompt: list[ShownToken] = []
+        self.steer_marks: frozenset[int] = frozenset()  # the reply's (TokenStrip.marks)
+        self.concept: tuple[float, ...] = ()  # the reply's concept meter (TokenStrip.concept)
 
     def compose(self) -> ComposeResult:
         yield Static("Reply tokens", classes="title", id="token-title")
@@ -251,7 +277,19 @@ class TokenPanel(Vertical):
         if not self.show_prompt:
             self.strip.cursor = None
             self.strip.tokens = tuple(self.reply)
+        self.mark_steering(None)
+        self.show_concept(())
         self._legend()
+
+    def mark_steering(self, index: int | None) -> None:
+        """Mark the reply's token `index` as the first with new steering (None: clear all)."""
+        self.steer_marks = self.steer_marks | {index} if index is not None else frozenset()
+        self.strip.marks = frozenset() if self.show_prompt else self.steer_marks
+
+    def show_concept(self, values: tuple[float, ...]) -> None:
+        """Colour the reply's tokens by the concept meter (-1..1 each; () clears it)."""
+        self.concept = values
+        self.strip.concept = () if self.show_prompt else values
 
     def add_reply(self, tokens: list[ShownToken]) -> None:
         self.reply.extend(tokens)
@@ -300,6 +338,8 @@ class TokenPanel(Vertical):
         )
         self.strip.cursor = None
         self.strip.tokens = tuple(self.prompt if value else self.reply)
+        self.strip.marks = frozenset() if value else self.steer_marks
+        self.show_concept(self.concept)
         self._legend()
 
     def toggle_ids(self) -> None:
