@@ -2,7 +2,7 @@
 
 Run: python screenshots/make_screenshots.py   (takes about half a minute on 2 cores)
 Only some: python screenshots/make_screenshots.py pick versus
-(the shots: main, pick, thinking, drafts, versus, inside, grammar)
+(the shots: main, pick, thinking, drafts, versus, inside, grammar, steering)
 """
 
 from __future__ import annotations
@@ -272,6 +272,45 @@ async def grammar_shot() -> None:
         app.save_screenshot(str(OUT / "grammar-cut.svg"))
 
 
+async def steering_shot() -> None:
+    """A greedy reply bending where the happy slider moved to -4 (sad) mid-way: the Tokens tab marks
+    the first token computed with it (▸), coloured by the concept meter of the reply."""
+    from textual.widgets import Select
+
+    from chatapp.ui.widgets.sampler import Slider
+    from chatapp.ui.widgets.steer_panel import SteerPanel
+
+    app = greedy_app(110)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.slot.engine is not None)
+        await pilot.press("alt+v")
+        panel = app.query_one(SteerPanel)
+        await wait_until(pilot, lambda: bool(panel.query("#steer-choice")))
+        panel.query_one("#steer-choice", Select).value = "happy"
+        await pilot.click("#steer-add")
+        await wait_until(pilot, lambda: bool(panel.query("#steer-strength-0")))
+        pane(app).session.ignore_eos = True
+        app.query_one("#prompt").cursor_blink = False
+        app.query_one("#prompt").text = "Tell me about your day at the park."
+        app.query_one("#prompt").focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: pane(app).reply is not None)
+        await wait_until(pilot, lambda: len((pane(app).reply or pane(app).last_reply).tokens) > 12)
+        panel.query_one("#steer-strength-0", Slider).focus()
+        await pilot.press("shift+left", "shift+left")  # happy -4 (sad) from the next token
+        await wait_until(pilot, lambda: pane(app).reply is None)
+        strip = app.query_one("#reply-tokens", TokenStrip)
+        panel.query_one("#steer-strength-0", Slider).focus()
+        await pilot.press("m")
+        await wait_until(pilot, lambda: bool(strip.concept))
+        app.query_one("#tabs").active = "tab-tokens"
+        strip.cursor = min(strip.marks)
+        panel.query_one("#steer-strength-0", Slider).focus()
+        app.clear_notifications()
+        await pilot.pause(0.3)
+        app.save_screenshot(str(OUT / "steering.svg"))
+
+
 SHOTS = {
     "main": main,
     "grammar": grammar_shot,
@@ -280,6 +319,7 @@ SHOTS = {
     "thinking": thinking_shot,
     "drafts": drafts_shot,
     "versus": versus_shot,
+    "steering": steering_shot,
 }
 
 
@@ -291,6 +331,7 @@ async def run(names: list[str]) -> None:
         "versus",
         "inside",
         "grammar",
+        "steering",
     ]:  # (main makes the thinking shot too)
         await SHOTS[name]()
 

@@ -36,6 +36,7 @@ def _sections() -> list[tuple[str, list[type]]]:
     from chatapp.ui.widgets.inside import InsidePanel
     from chatapp.ui.widgets.probs import ProbPanel
     from chatapp.ui.widgets.sampler import Slider
+    from chatapp.ui.widgets.steer_panel import SteerPanel
     from chatapp.ui.widgets.tokens import TokenStrip
 
     return [
@@ -44,6 +45,7 @@ def _sections() -> list[tuple[str, list[type]]]:
         ("Tokens tab", [TokenStrip]),
         ("Next token tab", [ProbPanel]),
         ("Inside tab", [InsidePanel]),
+        ("Steer tab (alt+v)", [SteerPanel]),
         ("Sampler slider", [Slider]),
         ("History (F7)", [ConversationsScreen, ConfirmScreen]),
         ("System prompt (F2)", [SystemPromptScreen]),

@@ -22,6 +22,22 @@ INSIDE_TEXT = (
     "the chosen one in the embedding matrix (cosine)."
 )
 
+STEER_TITLE = "Steering (Steer tab, alt+v)"
+STEER_TEXT = (
+    "For each token the model keeps a vector as wide as the model (576 numbers here) that "
+    "flows through the layers, each adding its bit: the residual stream. Many concepts - a "
+    "mood, a language, a register - lie along a direction in it. Read texts that differ in one "
+    "concept only (happy / sad versions of the same sentences) and average their streams: the "
+    "difference of the two means cancels all they share and points from one side to the "
+    "other - one direction per layer, kept as a control vector. The slider's strength S adds "
+    "S times that direction to the stream of every token after each chosen layer (from/to), "
+    "from the next token on (marked ▸ in Tokens); 0 is the model as it is, too much makes it "
+    "babble. m meters the reply: each token's projection on the direction at one layer as a "
+    "colour in Tokens, the selected token's curve over the layers in Inside. A server cannot "
+    "be steered: its layers are not ours to add to. Make a vector from your own examples in "
+    "the tab, or `chatapp steer make` (docs/steering.md)."
+)
+
 
 class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
@@ -49,6 +65,8 @@ class HelpScreen(ModalScreen[None]):
             yield Static(table)
             yield Static(Text("\n" + INSIDE_TITLE, style="bold underline"), id="help-inside-title")
             yield Static(Text(INSIDE_TEXT), id="help-inside")
+            yield Static(Text("\n" + STEER_TITLE, style="bold underline"), id="help-steer-title")
+            yield Static(Text(STEER_TEXT), id="help-steer")
             yield Static(  # Text: "[keys]" is not markup
                 Text(
                     "\nEsc closes. A key with a binding id can be moved in config.toml's [keys] "

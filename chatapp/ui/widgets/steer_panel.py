@@ -32,9 +32,8 @@ STRENGTH = Bound(
     "after each chosen layer (0: the model as it is)"
 )  # fmt: skip
 ABOUT = (
-    "A vector is a direction in the model's residual stream, one per layer, found as the "
-    "difference of the mean streams of two sets of examples. Its slider adds S times it after "
-    "each chosen layer, from the next token on (F1 explains)."
+    "A slider adds S times a concept's direction to the residual stream after each chosen "
+    "layer, from the next token on (F1 explains)."
 )
 
 
@@ -61,17 +60,19 @@ class SteerPanel(VerticalScroll):
     SteerPanel { height: 1fr; padding: 0 1; }
     SteerPanel #steer-status { height: auto; color: $text; }
     SteerPanel #steer-status.-error { color: $error; }
-    SteerPanel #steer-about { height: auto; color: $text-muted; margin-bottom: 1; }
+    SteerPanel #steer-about { height: auto; color: $text-muted; }
     SteerPanel #steer-controls { height: auto; }
-    SteerPanel .steer-row { height: auto; }
-    SteerPanel #steer-pick Select { width: 1fr; }
-    SteerPanel Button { min-width: 8; height: 1; border: none; margin: 0 0 0 1; padding: 0 1; }
-    SteerPanel .steer-title { color: $text-muted; margin-top: 1; }
+    SteerPanel .steer-row { height: 1; }
+    SteerPanel .steer-row > Select { width: 1fr; }
+    SteerPanel .steer-row > Slider { width: 1fr; }
+    SteerPanel Button { min-width: 8; height: 1; border: none; margin: 0 1 0 0; padding: 0 1; }
+    SteerPanel .steer-title { color: $text-muted; height: 1; }
     SteerPanel TextArea { height: 5; }
+    SteerPanel Collapsible { padding: 0; border-top: none; }
     """
     BINDINGS = [
         Binding("m", "meter", "Concept meter of the reply (colours in Tokens)", id="steer.meter"),
-        Binding("delete", "remove", "Take the focused vector off", id="steer.remove"),
+        Binding("delete", "remove", "Take the focused vector off", show=False, id="steer.remove"),
     ]
 
     @dataclass
@@ -150,7 +151,7 @@ class SteerPanel(VerticalScroll):
             self.vectors = []
             self.say(REMOTE_NOTE[0].upper() + REMOTE_NOTE[1:] + ".")
         else:
-            self.say("Pick a vector and add it; then move its slider (← →, shift: bigger steps).")
+            self.say("Pick a vector, Add, then move its slider (← →; shift: bigger steps).")
         self.call_later(self.rebuild)
 
     async def rebuild(self) -> None:
@@ -168,8 +169,10 @@ class SteerPanel(VerticalScroll):
         start, end = self.layer_range[0] or 1, self.layer_range[1] or top
         widgets = [
             Horizontal(
-                Select(self.choices(info.path), prompt="pick a vector", id="steer-choice"),
                 Button("Add", id="steer-add", compact=True),
+                Select(
+                    self.choices(info.path), prompt="pick a vector", id="steer-choice", compact=True
+                ),
                 id="steer-pick",
                 classes="steer-row",
             )
@@ -181,19 +184,18 @@ class SteerPanel(VerticalScroll):
         if not self.vectors:
             widgets.append(Static("(no vector in use)", classes="steer-title"))
         widgets += [
-            Static("Layers the vectors are added after:", classes="steer-title"),
+            Static("added after the layers:", classes="steer-title"),
             Slider("from", start, id="steer-from", row=layer_row("from", "from", top, "first")),
             Slider("to", end, id="steer-to", row=layer_row("to", "to", top, "last layer")),
             Horizontal(
-                Static("Concept meter:", classes="steer-title"),
-                Button("Meter the reply (m)", id="steer-meter", compact=True),
+                Button("Meter (m)", id="steer-meter", compact=True),
+                Slider(
+                    "meter at",
+                    self.meter_layer or max(top // 2, 1),
+                    id="steer-meter-layer",
+                    row=layer_row("meter at", "layer", max(top - 1, 1), "the layer coloured"),
+                ),
                 classes="steer-row",
-            ),
-            Slider(
-                "meter at",
-                self.meter_layer or max(top // 2, 1),
-                id="steer-meter-layer",
-                row=layer_row("meter at", "layer", max(top - 1, 1), "the layer coloured"),
             ),
         ]
         return widgets
