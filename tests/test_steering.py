@@ -244,7 +244,7 @@ def test_the_steering_is_kept_with_the_reply_in_history_changes_included(tmp_pat
         "changes": [{"from_token": 3, "vectors": [{**happy, "strength": -2.0}]}],
     }
     assert Steering.from_dict(reply.steering).changes[0][1][0].strength == -2.0
-    session.steering = None  # steering off: nothing recorded
+    session.steering = engine.steering = None  # steering off, none changed: nothing recorded
     list(session.send("again"))
     assert store.all_messages(session.history.conversation_id)[-1].steering is None
 
@@ -288,3 +288,18 @@ def test_an_older_database_gains_the_steering_column(fresh_dirs):
     assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     (old,) = store.messages(1)
     assert old.text == "hi" and old.steering is None
+
+
+def test_a_reply_begun_unsteered_keeps_a_change_made_while_it_was_written(tmp_path):
+    """The Steer tab's first slider move lands in a reply begun with no vector: the change is
+    kept with it all the same."""
+    store = Store(tmp_path / "history.db")
+    engine = _SteeredScript()
+    engine.start()
+    session = ChatSession(ChatHistory(store, print))
+    session.attach(engine, engine.info)
+    engine.steering = Steering((SteerVector("happy", "/v/happy.gguf", 4.0),))
+    list(session.send("hello there"))
+    kept = Steering.from_dict(store.all_messages(session.history.conversation_id)[-1].steering)
+    assert kept.vectors == () and kept.changes[0][0] == 3
+    assert kept.changes[0][1][0].strength == 4.0

@@ -55,9 +55,7 @@ async def _reply_ids(pilot, app: ChatApp) -> list[int]:
 
 
 @pytest.mark.slow
-async def test_a_slider_moved_mid_reply_bends_the_reply_from_the_next_token(
-    fresh_dirs, model_path
-):
+async def test_a_slider_moved_mid_reply_bends_the_reply_from_the_next_token(fresh_dirs, model_path):
     app = _app(model_path)
     async with app.run_test(size=SIZE) as pilot:
         panel = await _add(pilot, app, "happy")
