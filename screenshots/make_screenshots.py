@@ -194,26 +194,30 @@ async def versus_shot() -> None:
     from dataclasses import replace
 
     from chatapp.models import quantize
-    from chatapp.ui.versus import VersusApp, parting_step
+    from chatapp.ui.launch import versus_app
+    from chatapp.ui.screens.versus import parting_step
 
     out = tempfile.mkdtemp(prefix="chatapp-shot-")
     q2 = quantize.quantize(smollm2_path(), "Q2_K", out, nthread=2).output
     options = LoadOptions(model_path=str(smollm2_path()), n_ctx=2048, n_gpu_layers=0, n_threads=1)
-    app = VersusApp(
+    app = versus_app(
         (lambda: LocalEngine(options), lambda: LocalEngine(replace(options, model_path=q2))),
         ("SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct.Q2_K.gguf"),
         settings=SamplerSettings(temperature=0.0, max_tokens=80),
     )
     async with app.run_test(size=SIZE) as pilot:
-        app.query_one("#prompt").cursor_blink = False
-        await wait_until(pilot, lambda: all(s.engine is not None for s in app.slots.values()))
-        app.query_one("#prompt").value = "Describe the sea at night in two sentences."
-        app.query_one("#prompt").focus()
+        screen = app.versus
+        app.query_one("#vs-prompt").cursor_blink = False
+        await wait_until(pilot, lambda: all(s.engine is not None for s in screen.slots.values()))
+        app.query_one("#vs-prompt").text = "Describe the sea at night in two sentences."
+        app.query_one("#vs-prompt").focus()
         await pilot.press("enter")
-        await wait_until(pilot, lambda: not app.streaming and len(app.finished) == 2)
-        a, b = app.column("a").tokens, app.column("b").tokens
-        app.cursor = parting_step(a, b)
-        app.redraw()
+        columns = screen.columns.values()
+        await wait_until(pilot, lambda: all(c.finished is not None for c in columns))
+        await wait_until(pilot, lambda: not screen.busy)
+        a, b = (c.tokens for c in columns)
+        screen.cursor = parting_step(a, b)
+        screen.redraw()
         await pilot.pause(0.3)
         app.save_screenshot(str(OUT / "versus.svg"))
 

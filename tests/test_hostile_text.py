@@ -28,10 +28,11 @@ from chatapp.models.hub.search import Found
 from chatapp.sampling import SamplerSettings
 from chatapp.textsafe import printable, token_display
 from chatapp.ui.app import ChatApp
+from chatapp.ui.launch import versus_app
 from chatapp.ui.screens.conversations import ConfirmScreen, ConversationsScreen
 from chatapp.ui.screens.grammar import NUL_IN_PATH, GrammarScreen
 from chatapp.ui.screens.system_prompt import SystemPromptScreen
-from chatapp.ui.versus import VersusApp
+from chatapp.ui.screens.versus import VersusScreen
 from chatapp.ui.widgets.chat import SHOWN_CHARS
 from chatapp.ui.widgets.compare_view import CompareTable, RepliesView, file_label
 from chatapp.ui.widgets.get_models import GetModelsView
@@ -235,20 +236,23 @@ async def test_hostile_text_in_hub_names_model_cards_and_comparisons(text):
 @given(text=HOSTILE)
 async def test_hostile_text_side_by_side(text):
     engines = ScriptedEngine(delay=0, words=[text]), ScriptedEngine(delay=0, words=[text])
-    app = VersusApp((lambda: engines[0], lambda: engines[1]), (text, text))
+    app = versus_app((lambda: engines[0], lambda: engines[1]), (text, text))
     async with app.run_test(size=(160, 44)) as pilot:
-        await wait_until(pilot, lambda: all(s.engine is not None for s in app.slots.values()))
-        box = app.query_one("#prompt")
-        box.value = f"say {text}"
-        typed = box.value
+        screen = app.screen
+        assert isinstance(screen, VersusScreen)
+        await wait_until(pilot, lambda: all(s.engine is not None for s in screen.slots.values()))
+        box = app.query_one("#vs-prompt")
+        box.text = f"say {text}"
+        typed = box.text
         box.focus()
         await pilot.press("enter")
-        await wait_until(pilot, lambda: not app.streaming and len(app.finished) == 2)
-        column = app.column("a")
+        column = screen.columns["a"]
+        await wait_until(pilot, lambda: column.finished is not None and not screen.busy)
         assert shown(column.query_one(".title")) == printable(f"A: {text}")
-        assert shown(column.query(".turn").first()) == printable(f"You: {typed.strip()}")
-        assert printable(text) in shown(column.query(".reply").last())
-        app.status(text)
-        assert shown(app.query_one("#status")) == printable(text)
+        user, reply = column.pane.chat.items()
+        assert user.text == typed.strip()
+        assert printable(text.strip()) in printable(reply.text)
+        screen.status(text)
+        assert shown(app.query_one("#vs-status")) == printable(text)
         no_raw_escapes(app)
         assert app.is_running

@@ -25,7 +25,7 @@ async def test_f1_and_the_palette_show_rebound_keys_and_every_binding():
             assert keys[bid] == key, f"F1 shows {keys.get(bid)!r} for {bid}, not {key!r}"
         known = binding_ids()
         assert set(keys) <= known, f"ids [keys] rejects: {set(keys) - known}"
-        chat_ids = {i for i in known if not i.startswith("vs.")}  # --vs is another app
+        chat_ids = {i for i in known if not i.startswith("vs.")}  # (--vs: its own screen)
         assert chat_ids <= set(keys), f"not in F1: {sorted(chat_ids - set(keys))}"
         assert {"tokens.rejected", "tokens.home", "tokens.end"} <= set(keys)
         fixed = {key for key, _does, bid in app.screen.rows if not bid}

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from textual.app import App, SystemCommand
+from textual.binding import Binding
 from textual.screen import Screen
 from textual.widget import AwaitMount
 from textual.worker import Worker, WorkerState
@@ -26,6 +27,7 @@ from chatapp.ui.screens.compare import CompareScreen
 from chatapp.ui.screens.help import HelpScreen
 from chatapp.ui.screens.model_card import ModelCardScreen
 from chatapp.ui.screens.models import ModelPickerScreen
+from chatapp.ui.screens.versus import VersusScreen
 from chatapp.ui.streaming import ReplyStream
 from chatapp.ui.widgets.get_models import GetModelsView
 from chatapp.ui.widgets.hub_downloads import DownloadState, HubDownloads
@@ -72,9 +74,15 @@ class ChatApp(LiteralApp, App):
         history = history or ChatHistory(None, self._warn)
         session = ChatSession(history, settings, system_prompt)
         self.chat_screen = ChatScreen(session, self.slot, self.config, settings)
+        self.versus: VersusScreen | None = None  # `chat A --vs B`: opens instead of the chat
+
+    @property
+    def first_screen(self) -> ChatScreen | VersusScreen:
+        """The screen the app opens on: the chat, or two files side by side (`--vs`)."""
+        return self.versus or self.chat_screen
 
     def get_default_screen(self) -> Screen:
-        return self.chat_screen
+        return self.first_screen
 
     @property
     def busy(self) -> bool:
@@ -93,7 +101,8 @@ class ChatApp(LiteralApp, App):
         for note in self.startup_notes:
             self.notify(note, title="Config", severity="warning", timeout=10)
         jsonfile.listen(self._file_kept_aside)
-        await AwaitMount(self, [self.chat_screen])  # laid out before the app says it is ready
+        first = self.first_screen
+        await AwaitMount(first, [first])  # laid out before the app says it is ready
 
     def _warn(self, message: str) -> None:
         self.notify(message, title="History", severity="warning", timeout=10)
@@ -131,7 +140,7 @@ class ChatApp(LiteralApp, App):
         return dict(themes.PANEL_DEFAULTS)
 
     def watch_theme(self, name: str) -> None:
-        if self._remember_theme is not None and self.is_mounted:
+        if self._remember_theme is not None:  # (at start too: the same name again)
             self._remember_theme(name)
 
     def action_next_theme(self) -> None:
@@ -146,8 +155,10 @@ class ChatApp(LiteralApp, App):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        chat = self.chat_screen
+        chat = self.first_screen
         for b in chat.BINDINGS:
+            if not isinstance(b, Binding):
+                continue
             action = b.action
             yield SystemCommand(
                 b.description,
@@ -185,8 +196,9 @@ class ChatApp(LiteralApp, App):
             self.notify(note, title="Tune crashed", severity="error", markup=False, timeout=10)
         elif note:
             self.notify(note, title="Tuned for this machine", timeout=8)
-        if message.status.get("state") == "done" and self.slot.engine is not None:
-            self.chat_screen.tuned(self.slot.engine.info)
+        engine = self.slot.engine
+        if message.status.get("state") == "done" and engine and engine.info is not None:
+            self.chat_screen.tuned(engine.info)
 
     def action_restart_engine(self) -> None:
         if not self.busy:

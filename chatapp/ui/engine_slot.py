@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from textual.app import App
 from textual.message import Message
+from textual.message_pump import MessagePump
 
 from chatapp.config import Config
 from chatapp.engine.factory import make_engine
@@ -19,8 +20,9 @@ from chatapp.ui.streaming import SMOOTH, WORKER_NICE, Cadence, cadence_for
 
 class EngineSlot:
     """Where the engine lives: loaded in a thread of `host` (GPU step-down and CPU fallbacks
-    happen in its start()), which gets Ready or Failed and hands them back here (`ready`,
-    `failed`) on its own thread: the loading thread never assigns this state."""
+    happen in its start()), whose `listener` (the host, or a screen with slots of its own) gets
+    Ready or Failed and hands them back here (`ready`, `failed`) on its own thread: the loading
+    thread never assigns this state."""
 
     @dataclass
     class Ready(Message):
@@ -51,9 +53,11 @@ class EngineSlot:
         factory: Callable[[], Engine],
         options: LoadOptions | None = None,
         group: str = "engine",  # the worker group of its loads (one slot's loads replace its own)
+        listener: MessagePump | None = None,  # where its messages go (None: the host)
     ) -> None:
         self.host = host
         self.group = group
+        self.listener = listener
         self.factory = factory
         self.options = options  # the local file's load options (None: a server)
         self.engine: Engine | None = None  # set when loaded
@@ -73,7 +77,7 @@ class EngineSlot:
         return True
 
     def _load(self) -> None:
-        post = self.host.post_message
+        post = (self.listener or self.host).post_message
         try:
             if self.engine is not None:
                 self.engine.close()

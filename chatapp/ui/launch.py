@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from chatapp.chat.recorder import ChatHistory
@@ -9,7 +10,10 @@ from chatapp.config import Config, effective_theme, save_theme
 from chatapp.engine.factory import make_engine
 from chatapp.engine.protocol import Engine, LoadOptions
 from chatapp.engine.steering import Steering
+from chatapp.sampling import SamplerSettings
 from chatapp.ui.app import ChatApp
+from chatapp.ui.engine_slot import EngineSlot
+from chatapp.ui.screens.versus import VersusScreen
 from chatapp.ui.streaming import WORKER_NICE
 
 
@@ -78,6 +82,35 @@ def build_app(
     return app
 
 
+def versus_app(
+    factories: tuple[Callable[[], Engine], Callable[[], Engine]],
+    labels: tuple[str, str],
+    *,
+    settings: SamplerSettings | None = None,
+    history: ChatHistory | None = None,
+    config: Config | None = None,
+    notes: list[str] | None = None,
+) -> ChatApp:
+    """The chat app opening on two files side by side: a VersusScreen whose two conversation
+    panes each load their file through an EngineSlot of their own."""
+    config = config or Config()
+    app = ChatApp(
+        factories[0],
+        config=config,
+        theme_name=effective_theme(config),
+        startup_notes=notes or (),
+        model_label=" vs ".join(labels),
+    )
+    app.title = "chatapp: side by side"
+    history = history or ChatHistory(None, app._warn)
+    slots = (
+        EngineSlot(app, factories[0], group="load-a"),
+        EngineSlot(app, factories[1], group="load-b"),
+    )
+    app.versus = VersusScreen(slots, labels, config=config, history=history, settings=settings)
+    return app
+
+
 def run_versus_app(
     options: LoadOptions,
     other: str,
@@ -89,16 +122,15 @@ def run_versus_app(
     import os
     from dataclasses import replace
 
-    from chatapp.ui.versus import VersusApp
-
     if options.n_threads is None:
         # Two workers each with a thread per core oversubscribe the CPU, and llama.cpp's
         # threads then wait on each other at every barrier (measured: ~1 token/s each on 2
         # cores instead of ~40): each gets half the cores.
         options = replace(options, n_threads=max(1, (os.cpu_count() or 2) // 2))
-    second = replace(options, model_path=other, draft_model=None)
+    options = replace(options, draft_model=None)  # the files as they are: no drafts
+    second = replace(options, model_path=other)
     history = ChatHistory.open(lambda message: None)
-    app = VersusApp(
+    app = versus_app(
         (
             lambda: make_engine(options, nice=WORKER_NICE),
             lambda: make_engine(second, nice=WORKER_NICE),

@@ -76,6 +76,7 @@ class MessageView(Vertical):
         self._footer = footer
         self.branch = ""  # e.g. "branch 2/3": the message has other branches
         self.marked: list[tuple[str, bool]] | None = None  # the reply as (text, drafted) pieces
+        self.marked_cursor: int | None = None  # the piece shown reversed (a step selected)
         self._stream = None
         self._painted_look: tuple = ()
 
@@ -157,16 +158,23 @@ class MessageView(Vertical):
         body.display = bool(parts)
         body.update(Group(*parts))
 
-    def show_marked(self, pieces: list[tuple[str, bool]] | None) -> None:
+    def show_marked(self, pieces: list[tuple[str, bool]] | None, cursor: int | None = None) -> None:
         """Show the reply as its tokens' text with the ones from accepted drafts marked
-        (None: as Markdown again)."""
+        (None: as Markdown again), the piece at `cursor` reversed."""
         self.marked = pieces
+        self.marked_cursor = cursor
         self._paint()
 
     def _body(self):
         if self.marked is not None:
             style = self.get_component_rich_style("messageview--draft")
-            return Text.assemble(*((printable(t), style if d else "") for t, d in self.marked))
+            at = self.marked_cursor
+            return Text.assemble(
+                *(
+                    (printable(t), "reverse" if i == at else style if d else "")
+                    for i, (t, d) in enumerate(self.marked)
+                )
+            )
         text = printable(self.text[:SHOWN_CHARS])
         more = len(self.text) - SHOWN_CHARS
         if self.role == "user":

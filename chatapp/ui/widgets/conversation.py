@@ -11,6 +11,7 @@ from pathlib import Path
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.widget import Widget
 from textual.widgets import Static
 
 from chatapp.chat.attachments import Attachment
@@ -43,12 +44,21 @@ class ConversationPane(Vertical):
     of its screen, and keeps the reply's edits and branches. The engine comes from `slot`."""
 
     def __init__(
-        self, session: ChatSession, slot: EngineSlot, config: Config, *, id: str | None = None
+        self,
+        session: ChatSession,
+        slot: EngineSlot,
+        config: Config,
+        *,
+        id: str | None = None,
+        panels: Widget | None = None,  # has its Next token, Tokens, Speed panels (None: the screen)
+        reply_group: str = "generate",  # its replies' worker group (a new reply replaces its own)
     ) -> None:
         super().__init__(id=id)
         self.session = session
         self.slot = slot
         self.config = config
+        self.panel_holder = panels
+        self.reply_group = reply_group
         session.enable_thinking = config.think
         session.speculation = draft_source(config.draft)[0]
         self.report = ReplyReport()  # the Speed panel's note on each finished reply
@@ -79,15 +89,15 @@ class ConversationPane(Vertical):
 
     @property
     def probs(self) -> ProbPanel:
-        return self.screen.query_one("#probs", ProbPanel)
+        return (self.panel_holder or self.screen).query_one("#probs", ProbPanel)
 
     @property
     def token_panel(self) -> TokenPanel:
-        return self.screen.query_one("#tokens", TokenPanel)
+        return (self.panel_holder or self.screen).query_one("#tokens", TokenPanel)
 
     @property
     def stats_panel(self) -> StatsPanel:
-        return self.screen.query_one("#stats", StatsPanel)
+        return (self.panel_holder or self.screen).query_one("#stats", StatsPanel)
 
     @property
     def sampler(self) -> SamplerPanel:
@@ -198,7 +208,7 @@ class ConversationPane(Vertical):
             self.slot.engine, prepared.request, reply.id, self.post_message, lambda: pacer.text_s
         )
         self.app.run_worker(
-            stream.run, thread=True, exclusive=True, group="generate", exit_on_error=False
+            stream.run, thread=True, exclusive=True, group=self.reply_group, exit_on_error=False
         )
 
     def _show_left_out(self, reply_item: MessageView, dropped: int) -> None:
