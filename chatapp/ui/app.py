@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from textual.app import App, SystemCommand
+from textual.binding import Binding
 from textual.screen import Screen
 from textual.widget import AwaitMount
 from textual.worker import Worker, WorkerState
@@ -66,6 +67,7 @@ class ChatApp(LiteralApp, App):
         self.compare_options = compare_options
         self._remember_theme = remember_theme
         self._wanted_theme = theme_name
+        self._theme_installed = False  # after on_mount's: a new theme is the user's pick
         self.theme_problems: list[str] = []
         self.slot = EngineSlot(self, engine_factory, options)
         self.downloads = HubDownloads(self)  # F8's Hub downloads: they outlive the dialog
@@ -89,11 +91,13 @@ class ChatApp(LiteralApp, App):
     async def on_mount(self) -> None:
         self.set_keymap(self.config.keymap)  # [keys]: binding id -> key
         self.theme_problems = themes.install(self, self._wanted_theme)
+        self._theme_installed = True
         self.sub_title = self.model_label
         for note in self.startup_notes:
             self.notify(note, title="Config", severity="warning", timeout=10)
         jsonfile.listen(self._file_kept_aside)
-        await AwaitMount(self, [self.chat_screen])  # laid out before the app says it is ready
+        # laid out before the app says it is ready
+        await AwaitMount(self.chat_screen, [self.chat_screen])
 
     def _warn(self, message: str) -> None:
         self.notify(message, title="History", severity="warning", timeout=10)
@@ -131,7 +135,7 @@ class ChatApp(LiteralApp, App):
         return dict(themes.PANEL_DEFAULTS)
 
     def watch_theme(self, name: str) -> None:
-        if self._remember_theme is not None and self.is_mounted:
+        if self._remember_theme is not None and self._theme_installed:
             self._remember_theme(name)
 
     def action_next_theme(self) -> None:
@@ -148,6 +152,8 @@ class ChatApp(LiteralApp, App):
         yield from super().get_system_commands(screen)
         chat = self.chat_screen
         for b in chat.BINDINGS:
+            if not isinstance(b, Binding):  # (the chat screen's keys are all Binding)
+                continue
             action = b.action
             yield SystemCommand(
                 b.description,
@@ -185,8 +191,10 @@ class ChatApp(LiteralApp, App):
             self.notify(note, title="Tune crashed", severity="error", markup=False, timeout=10)
         elif note:
             self.notify(note, title="Tuned for this machine", timeout=8)
-        if message.status.get("state") == "done" and self.slot.engine is not None:
-            self.chat_screen.tuned(self.slot.engine.info)
+        engine = self.slot.engine
+        done = message.status.get("state") == "done"
+        if done and engine is not None and engine.info is not None:
+            self.chat_screen.tuned(engine.info)
 
     def action_restart_engine(self) -> None:
         if not self.busy:
