@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 
@@ -101,8 +102,8 @@ def stats_from_times(
     )
 
 
-def median(values: list[float]) -> float:
-    """Median of a non-empty list."""
+def median(values: Iterable[float]) -> float:
+    """Median of non-empty values."""
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

@@ -166,6 +166,17 @@ async def test_theme_switch_is_remembered():
         )
 
 
+async def test_the_theme_set_at_start_is_not_remembered_as_a_pick():
+    """Only a theme the user picks is remembered: the one the app starts with (here the default,
+    standing in for a theme file that could not be read) must not overwrite the saved choice."""
+    remembered: list[str] = []
+    app = ChatApp(lambda: ScriptedEngine(), theme_name="mine", remember_theme=remembered.append)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.theme == "chatapp-dark"
+        assert remembered == []
+
+
 async def test_tokenizer_box_tokenizes_typed_text():
     app = ChatApp(lambda: ScriptedEngine())
     async with app.run_test(size=SIZE) as pilot:

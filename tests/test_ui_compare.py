@@ -278,3 +278,19 @@ async def test_f10_compares_with_configs_gpu_layers_threads_flash_attn_repack(mo
         screen._compare([bundled(), bundled()], screen.query_one(CompareSetup).read())
         await wait_until(pilot, lambda: seen)
         assert seen == [opts]
+
+
+async def test_a_run_leaves_the_screen_a_running_message_pump(tmp_path):
+    """The file being run is the screen's own note, not Textual's MessagePump._running: a
+    screen whose is_running reads "" (or a path) is taken as stopped (signals, check_idle)."""
+    files = links(tmp_path, "Q8_0", "Q4_1")
+    text = tmp_path / "text.txt"
+    text.write_text("word " * 400)
+    screen = fake_screen(files)
+    async with Host(screen).run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: len(screen.query_one(SelectionList).selected) == 2)
+        screen.query_one("#cmp-text", Input).value = str(text)
+        screen.query_one("#cmp-ctx", Input).value = "64"
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: screen.result is not None)
+        assert screen.is_running is True

@@ -287,7 +287,8 @@ def trimmed(engine: Engine, files: Sequence[Attachment], room: int) -> list[Atta
             text = b"".join(p.piece for p in pieces[:keep]).decode("utf-8", "ignore")
             text += f"\n[cut here: the first {keep:,} of {len(pieces):,} tokens]\n"
             f = replace(f, text=text)
-        f = replace(f, tokens=len(engine.tokenize(f.block(), special=False)))
-        room -= f.tokens
+        tokens = len(engine.tokenize(f.block(), special=False))
+        f = replace(f, tokens=tokens)
+        room -= tokens
         out.append(f)
     return out

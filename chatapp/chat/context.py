@@ -60,7 +60,8 @@ def fit_messages(
     lo, hi = 1, len(groups) - 1  # the answer is in [lo, hi]; hi is kept even if it is too long
     while lo < hi:
         mid = (lo + hi) // 2
-        if count_tokens(without_oldest(mid)) <= budget:
+        n = count_tokens(without_oldest(mid))
+        if n is None or n <= budget:  # a count that cannot be told is taken as fitting
             hi = mid
         else:
             lo = mid + 1

@@ -24,7 +24,8 @@ __all__ = ["app", "main"]
 try:  # typer >= 0.20 vendors click as typer._click and raises its exceptions
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
 except ImportError:  # older typer raises click's own (NoArgsIsHelpError: click >= 8.2)
-    from click.exceptions import ClickException, NoArgsIsHelpError
+    # (the same classes in click's own module: mypy checks against the vendoring typer)
+    from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[assignment]
 
 # typer.Abort (Ctrl-C at a prompt) is typer's own class since typer vendors click, click's
 # re-exported before; typer.TyperException is the base of the vendored click exceptions (older

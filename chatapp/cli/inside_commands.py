@@ -54,7 +54,7 @@ def inside(
         raise UsageError("give a PROMPT, or --text FILE (one of the two)")
     config = read_config()
     options = load_options(model, ctx=ctx, threads=threads, config=config)
-    if text is not None:
+    if prompt is None:  # then --text
         raise typer.Exit(cmd.run_surprise(str(text), options, as_json=as_json))
     code = cmd.run_inside(
         prompt,

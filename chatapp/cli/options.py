@@ -118,6 +118,7 @@ def sampler_options(command: Callable) -> Callable:
         for row in CLI_SAMPLERS:
             kind = int if row.whole else float
             option = typer.Option(help=bound_help(row.name))
+            # (built at run time for typer to read: mypy cannot take a variable as a type)
             annotation = Annotated[kind | None, option]  # type: ignore[valid-type]
             params.append(param.replace(name=row.name, annotation=annotation, default=None))
 
@@ -126,5 +127,6 @@ def sampler_options(command: Callable) -> Callable:
         given = {row.name: kwargs.pop(row.name, None) for row in CLI_SAMPLERS}
         return command(*args, samplers=given, **kwargs)
 
+    # (typer reads the options from __signature__, which functions do not declare)
     with_samplers.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
     return with_samplers

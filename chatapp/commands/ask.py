@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from chatapp import breakdown
 from chatapp.chat.attachments import (
@@ -26,6 +27,7 @@ from chatapp.engine.protocol import (
     Finished,
     Grammar,
     LoadOptions,
+    ModelInfo,
     Notice,
     Token,
 )
@@ -44,14 +46,32 @@ from chatapp.stats_text import (
 )
 from chatapp.textsafe import for_stream
 
+if TYPE_CHECKING:
+    from chatapp.engine.local.engine import LocalEngine
+
 
 def started_engine(options: LoadOptions, server: str | None = None, **remote) -> Engine:
     """A started engine (local, or a server when `server` is given); its notes on stderr."""
     engine = make_engine(options, server, **remote)
-    engine.start()
-    for note in getattr(engine, "notes", ()):
-        print(for_stream(sys.stderr)(f"note: {note}"), file=sys.stderr)
+    start_noting(engine)
     return engine
+
+
+def started_local(options: LoadOptions) -> LocalEngine:
+    """A started engine in a child process here, for the views only it has (score, meter)."""
+    from chatapp.engine.local.engine import LocalEngine
+
+    engine = LocalEngine(options)
+    start_noting(engine)
+    return engine
+
+
+def start_noting(engine: Engine) -> ModelInfo:
+    """Start the engine and say on stderr what it had to do (a GPU step-down, a fallback)."""
+    info = engine.start()
+    for note in engine.notes:
+        print(for_stream(sys.stderr)(f"note: {note}"), file=sys.stderr)
+    return info
 
 
 def load_settings(info) -> dict | None:
@@ -95,13 +115,14 @@ def run_ask(
     if STDIN in files and sys.stdin is not None and sys.stdin.isatty():  # (else: no word)
         print(f"note: {STDIN_FROM_TERMINAL}", file=sys.stderr, flush=True)
     attached = [read_attachment(path) for path in files]  # (a bad file: before the model loads)
-    engine = started_engine(options, server, **(remote or {}))
+    engine = make_engine(options, server, **(remote or {}))
+    loaded = start_noting(engine)
     session = ChatSession(settings=settings, system_prompt=system or "", top_n=top_n)
     session.grammar = grammar
     session.stop = tuple(stop)
     session.enable_thinking = think
     session.speculation = draft
-    session.attach(engine, engine.info)
+    session.attach(engine, loaded)
     tokens: list[Token] = []
     finished: Finished | None = None
     failed: Failed | None = None
@@ -126,7 +147,7 @@ def run_ask(
                 finished = event
             elif isinstance(event, Failed):
                 failed = event
-        info = engine.info
+        info = engine.info  # (after the reply: a tune on first use may have changed it)
     finally:
         engine.close()
     if failed is not None:

@@ -28,10 +28,10 @@ def _aggregate_tps(engine, n: int, tokens: int) -> float:
 
 
 def run_batch_bench(options: LoadOptions, n: int, tokens: int, reps: int) -> dict:
-    from chatapp.engine.factory import make_engine
+    from chatapp.engine.local.engine import LocalEngine
 
     pairs = []
-    with make_engine(options) as engine:
+    with LocalEngine(options) as engine:
         _aggregate_tps(engine, n, 8)  # warm-up
         for rep in range(reps):
             one = _aggregate_tps(engine, 1, tokens)

@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from chatapp import paths
 from chatapp.engine.local import huge_pages
@@ -18,6 +19,14 @@ from chatapp.engine.local.cpu_load import OtherPrograms, disturbed
 from chatapp.engine.protocol import Finished, GenerateRequest, LoadOptions
 from chatapp.metrics import median
 from chatapp.sampling import SamplerSettings
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from llama_cpp import Llama
+    from llama_cpp.llama_types import CreateCompletionStreamResponse
+
+    from chatapp.engine.local.loaded_model import LoadedModel
 
 BENCH_SETTINGS = SamplerSettings(
     temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, seed=42
@@ -64,8 +73,9 @@ def engine_run(engine, prompt: tuple[int, ...], n: int) -> Run:
 
 # ---- llama-cpp-python's own streaming API, in its own process --------------------------
 
-_LLAMA = None
-_BARE = None
+# Each pool's process holds its model here (its initializer loads it).
+_LLAMA: Llama | None = None
+_BARE: LoadedModel | None = None
 
 
 def _lcp_init(options: LoadOptions, log_path: str) -> None:
@@ -93,6 +103,8 @@ def _bare_init(options: LoadOptions, log_path: str) -> None:
 
 def _bare_run(prompt: tuple[int, ...], n: int) -> Run:
     w = _BARE
+    if w is None:
+        raise RuntimeError("the bare loop runs in a pool that _bare_init started")
     w.reuse_prefix([-1])  # nothing in common: a fresh cache
     sync = w.lib.llama_synchronize  # llama_decode may return before a GPU has finished
     t0 = time.perf_counter()
@@ -112,9 +124,11 @@ def _bare_run(prompt: tuple[int, ...], n: int) -> Run:
 
 def _lcp_run(prompt: tuple[int, ...], n: int) -> Run:
     s = BENCH_SETTINGS
+    if _LLAMA is None:
+        raise RuntimeError("llama-cpp-python runs in a pool that _lcp_init started")
     t0 = time.perf_counter()
     times = []
-    for chunk in _LLAMA.create_completion(
+    chunks = _LLAMA.create_completion(
         list(prompt),
         max_tokens=n,
         stream=True,
@@ -124,7 +138,9 @@ def _lcp_run(prompt: tuple[int, ...], n: int) -> Run:
         min_p=s.min_p,
         repeat_penalty=s.repeat_penalty,
         seed=s.seed,
-    ):
+    )
+    # stream=True gives an iterator of chunks (llama_cpp's annotation does not tell the cases)
+    for chunk in cast("Iterator[CreateCompletionStreamResponse]", chunks):
         if chunk["choices"][0]["finish_reason"] is None:  # the last chunk only says why it ended
             times.append(time.perf_counter())
     decode = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
@@ -235,7 +251,7 @@ def run_bench(
     as_json: bool,
     llama_server: Path | None = None,
 ) -> int:
-    from chatapp.engine.factory import make_engine
+    from chatapp.engine.local.engine import LocalEngine
 
     for name, exe in (("llama-bench", llama_bench), ("llama-server", llama_server)):
         if exe is not None and not Path(exe).is_file():
@@ -259,8 +275,8 @@ def run_bench(
     if llama_server:
         results["llama-server"] = []
     ctx = mp.get_context("spawn")
-    with make_engine(options) as engine:  # (a LocalEngine: it scores and benchmarks)
-        info = engine.info
+    with contextlib.closing(LocalEngine(options)) as engine:
+        info = engine.start()
         # every contender runs what the engine chose here (tuned, or the CPU's defaults)
         options = replace(
             options,

@@ -86,7 +86,12 @@ def timeline(engine, tokens: int, start_s: float, stop_s: float, cores: int) -> 
                 stack.enter_context(load)
                 load.enter_context(spinning(1))
                 started = time.perf_counter()
-            if load is not None and stopped is None and now - t_first >= stop_s:
+            if (
+                t_first is not None
+                and load is not None
+                and stopped is None
+                and now - t_first >= stop_s
+            ):
                 load.close()
                 stopped = time.perf_counter()
             if isinstance(event, Finished):

@@ -7,8 +7,19 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import TypedDict
 
 from chatapp.engine.protocol import LoadOptions
+
+
+class EstimateRow(TypedDict):
+    """One file's medians over the repetitions (a row of the table and of --json)."""
+
+    file: str
+    size_bytes: int
+    expected_decode_tps: float
+    measured_decode_tps: float
+    ratio: float
 
 
 def print_estimate_bench(files: list[str], options: LoadOptions, reps: int, as_json: bool) -> int:
@@ -31,7 +42,7 @@ def print_estimate_bench(files: list[str], options: LoadOptions, reps: int, as_j
             measured[f].append(got)
             expected[f].append(want)
             ratios[f].append(want / got)
-    rows = [
+    rows: list[EstimateRow] = [
         {
             "file": Path(f).name,
             "size_bytes": Path(f).stat().st_size,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chatapp.commands.ask import started_engine
+from chatapp.commands.ask import started_engine, started_local
 from chatapp.engine.inside import Inspection, InspectRequest
 from chatapp.engine.protocol import ChatMessage, EngineError, GenerateRequest, LoadOptions
 from chatapp.textsafe import printable, token_display
@@ -205,7 +205,7 @@ SURPRISE_COLOURS = ((0.5, "32"), (0.1, "33"), (0.01, "38;5;208"), (0.0, "31"))
 def run_surprise(path: str, options: LoadOptions, *, as_json: bool) -> int:
     """Score a text file and show each token by the probability the model gave it."""
     text = Path(path).read_text(encoding="utf-8", errors="replace")
-    engine = started_engine(options)
+    engine = started_local(options)
     try:
         pieces = engine.tokenize(text, special=False)
         n_ctx = engine.info.n_ctx if engine.info else options.n_ctx
@@ -219,8 +219,12 @@ def run_surprise(path: str, options: LoadOptions, *, as_json: bool) -> int:
     rows = surprise_rows(pieces, logprobs)
     ppl = math.exp(-sum(r["logprob"] for r in rows[1:]) / (len(rows) - 1))
     if as_json:
-        payload = {"perplexity": ppl, "scored_tokens": len(rows) - 1, "truncated": cut}
-        payload["tokens"] = rows
+        payload = {
+            "perplexity": ppl,
+            "scored_tokens": len(rows) - 1,
+            "truncated": cut,
+            "tokens": rows,
+        }
         json.dump(payload, sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
         return 0

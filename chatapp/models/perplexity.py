@@ -6,9 +6,10 @@ import hashlib
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -17,6 +18,14 @@ from chatapp.engine.local.perplexity import PerplexityJob, base_files, chunk_pla
 from chatapp.engine.protocol import EngineError, LoadOptions
 
 MIN_COUNT = 10  # llama-perplexity's uncertainties need more than this many scored tokens
+
+ChunkProgress = Callable[[int, int, float], None]  # (tokens scored, of how many, seconds)
+
+
+class TextScorer(Protocol):
+    """An engine that scores a text in chunks (LocalEngine)."""
+
+    def perplexity(self, job: PerplexityJob, progress: ChunkProgress | None = None) -> dict: ...
 
 
 def mean_and_error(values: np.ndarray) -> tuple[float, float]:
@@ -56,9 +65,9 @@ def summarize(arrays: dict, seconds: float = 0.0) -> TextScore:
     nll = np.asarray(arrays["nll"], dtype=np.float64)
     log_ppl, log_ppl_err = mean_and_error(nll)
     ppl = math.exp(log_ppl)
-    base = dict(scored_tokens=len(nll), chunks=int(arrays["n_chunks"]), seconds=seconds)
+    alone = TextScore(len(nll), int(arrays["n_chunks"]), ppl, ppl * log_ppl_err, seconds=seconds)
     if "kld" not in arrays:
-        return TextScore(ppl=ppl, ppl_err=ppl * log_ppl_err, **base)
+        return alone
     nll_base = np.asarray(arrays["nll_base"], dtype=np.float64)
     log_base, log_base_err = mean_and_error(nll_base)
     n = len(nll)
@@ -71,9 +80,8 @@ def summarize(arrays: dict, seconds: float = 0.0) -> TextScore:
     dp2 = np.asarray(arrays["p_diff"], dtype=np.float64) ** 2
     mse, mse_err = mean_and_error(dp2)
     same = float(np.mean(arrays["same_top"]))
-    return TextScore(
-        ppl=ppl,
-        ppl_err=ppl * log_ppl_err,
+    return replace(
+        alone,
         ppl_ratio=math.exp(log_ppl - log_base),
         ppl_ratio_err=math.exp(log_ppl - log_base) * ratio_log_err,
         mean_kld=kld_mean,
@@ -82,7 +90,6 @@ def summarize(arrays: dict, seconds: float = 0.0) -> TextScore:
         same_top=same,
         same_top_err=math.sqrt(same * (1 - same) / (n - 1)) if n > 1 else 0.0,
         rms_dp=math.sqrt(mse),
-        **base,
     )
 
 
@@ -133,7 +140,12 @@ def read_text(path: str | Path) -> str:
 
 
 def score_file(
-    engine, text: str, n_ctx: int, base: Path, is_reference: bool, progress=None
+    engine: TextScorer,
+    text: str,
+    n_ctx: int,
+    base: Path,
+    is_reference: bool,
+    progress: ChunkProgress | None = None,
 ) -> TextScore:
     """One loaded file on the text: the reference writes the base (unless cached), others
     compare against it."""
@@ -147,4 +159,4 @@ def score_file(
     return summarize(arrays, time.perf_counter() - t0)
 
 
-ProgressFactory = Callable[[str], Callable[[int, int, float], None] | None]
+ProgressFactory = Callable[[str], ChunkProgress | None]

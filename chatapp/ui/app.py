@@ -68,6 +68,7 @@ class ChatApp(LiteralApp, App):
         self.compare_options = compare_options
         self._remember_theme = remember_theme
         self._wanted_theme = theme_name
+        self._theme_installed = False  # after on_mount's: a new theme is the user's pick
         self.theme_problems: list[str] = []
         self.slot = EngineSlot(self, engine_factory, options)
         self.downloads = HubDownloads(self)  # F8's Hub downloads: they outlive the dialog
@@ -97,6 +98,7 @@ class ChatApp(LiteralApp, App):
     async def on_mount(self) -> None:
         self.set_keymap(self.config.keymap)  # [keys]: binding id -> key
         self.theme_problems = themes.install(self, self._wanted_theme)
+        self._theme_installed = True
         self.sub_title = self.model_label
         for note in self.startup_notes:
             self.notify(note, title="Config", severity="warning", timeout=10)
@@ -140,7 +142,7 @@ class ChatApp(LiteralApp, App):
         return dict(themes.PANEL_DEFAULTS)
 
     def watch_theme(self, name: str) -> None:
-        if self._remember_theme is not None:  # (at start too: the same name again)
+        if self._remember_theme is not None and self._theme_installed:
             self._remember_theme(name)
 
     def action_next_theme(self) -> None:
@@ -197,7 +199,8 @@ class ChatApp(LiteralApp, App):
         elif note:
             self.notify(note, title="Tuned for this machine", timeout=8)
         engine = self.slot.engine
-        if message.status.get("state") == "done" and engine and engine.info is not None:
+        done = message.status.get("state") == "done"
+        if done and engine is not None and engine.info is not None:
             self.chat_screen.tuned(engine.info)
 
     def action_restart_engine(self) -> None:

@@ -177,8 +177,8 @@ class AttachBox:
         if self.trimming:
             return "the files are still being cut; press Enter again in a moment"
         n_ctx, budget = self.context()
-        counts = [f.tokens for f in self.files]
-        if n_ctx and counts and None not in counts:
+        counts = [f.tokens for f in self.files if f.tokens is not None]
+        if n_ctx and counts and len(counts) == len(self.files):
             problem = fit_problem(sum(counts), n_ctx, budget)  # (the files alone: too many)
             if problem:
                 return problem

@@ -87,4 +87,4 @@ def show_tokens(panel: TokenPanel, probs: ProbPanel, tokens: list[Token]) -> Non
     last = tokens[-1] if tokens else None
     probs.step = None
     probs.chosen = last.id if last is not None else None
-    probs.candidates = last.candidates if last is not None else ()
+    probs.candidates = tuple(last.candidates) if last is not None else ()

@@ -3,22 +3,25 @@ through the terminal's clipboard (OSC 52)."""
 
 from __future__ import annotations
 
-from textual.widget import Widget
+from typing import TYPE_CHECKING
 
 from chatapp.chat import copying
 from chatapp.engine.protocol import ChatMessage
+
+if TYPE_CHECKING:
+    from chatapp.ui.widgets.conversation import ConversationPane
 
 
 class Clipboard:
     """Copies from a conversation pane's session with Textual's copy_to_clipboard."""
 
-    def __init__(self, pane: Widget) -> None:
+    def __init__(self, pane: ConversationPane) -> None:
         self.pane = pane
         self._code_turn: tuple[int, int] = (-1, -1)  # (the reply's length, the block copied last)
 
     @property
     def conversation(self) -> list[ChatMessage]:
-        return self.pane.session.conversation  # type: ignore[attr-defined]
+        return self.pane.session.conversation
 
     def _copy(self, text: str, what: str) -> None:
         if not copying.fits_clipboard(text):  # a terminal would drop or cut it: say so

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.style import Style
 from rich.text import Text
+from textual.app import App
 from textual.content import Content
 
 from chatapp.textsafe import printable
@@ -19,8 +20,8 @@ def cell(text: object, style: str | Style = "") -> Text:
     return Text(printable(str(text)), style=style, end="")
 
 
-class LiteralApp:
-    """An App mixin: notifications and the header show their text as it is (they carry file
+class LiteralApp(App):
+    """An App whose notifications and header show their text as it is (they carry file
     names, model names and errors from the world; none of ours is written as markup)."""
 
     def notify(
@@ -32,7 +33,7 @@ class LiteralApp:
         timeout: float | None = None,
         markup: bool = False,
     ) -> None:
-        super().notify(  # type: ignore[misc]
+        super().notify(
             printable(str(message)),
             title=printable(str(title)),
             severity=severity,
@@ -41,7 +42,7 @@ class LiteralApp:
         )
 
     def format_title(self, title: str, sub_title: str) -> Content:
-        return super().format_title(printable(title), printable(sub_title))  # type: ignore[misc]
+        return super().format_title(printable(title), printable(sub_title))
 
 
 def template(markup: str, **values: object) -> Content:

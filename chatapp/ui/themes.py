@@ -54,11 +54,25 @@ def load_theme(path: Path) -> Theme:
     if unknown:
         raise ThemeFileError(f"theme {path.name}: unknown key {sorted(unknown)[0]!r}")
     variables = {**PANEL_DEFAULTS, **{k: str(v) for k, v in data.get("variables", {}).items()}}
+
+    def colour(key: str) -> str | None:
+        return str(data[key]) if key in data else None
+
     return Theme(
         name=str(data.get("name", path.stem)),
+        primary=str(data["primary"]),
+        secondary=colour("secondary"),
+        warning=colour("warning"),
+        error=colour("error"),
+        success=colour("success"),
+        accent=colour("accent"),
+        foreground=colour("foreground"),
+        background=colour("background"),
+        surface=colour("surface"),
+        panel=colour("panel"),
+        boost=colour("boost"),
         dark=bool(data.get("dark", True)),
         variables=variables,
-        **{k: str(data[k]) for k in _FIELDS if k in data},
     )
 
 

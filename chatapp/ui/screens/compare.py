@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from textual import work
@@ -19,7 +19,7 @@ from textual.worker import Worker, WorkerState
 
 from chatapp.engine.protocol import LoadOptions
 from chatapp.errors import ChatappError
-from chatapp.models import compare, quantize
+from chatapp.models import compare, perplexity, quantize
 from chatapp.models.compare_runs import DEFAULT_KLD_BUDGET, best_tradeoff, tradeoff_line
 from chatapp.models.compare_runs import export_markdown as export_markdown
 from chatapp.models.discovery import ModelEntry, discover, entry
@@ -118,7 +118,7 @@ class CompareScreen(ModalScreen[None]):
         tokens: int = 32,
         prompt: str = compare.DEFAULT_PROMPT,
         quantize_dir: str | Path | None = None,
-        make_engine: Callable | None = None,
+        make_engine: compare.EngineMaker | None = None,
         options: LoadOptions | None = None,
     ) -> None:
         super().__init__()
@@ -134,7 +134,7 @@ class CompareScreen(ModalScreen[None]):
         self.listed: dict[str, ModelEntry] = {}
         self._started = 0.0
         self._stage = ""  # the file compare() runs now
-        self._running = ""  # its path
+        self._running_path = ""  # its path
 
     def compose(self) -> ComposeResult:
         box = Vertical()
@@ -184,10 +184,15 @@ class CompareScreen(ModalScreen[None]):
 
     @work(thread=True, exclusive=True, group="compare-run", exit_on_error=False)
     def _compare(self, files: list[str], setup: Setup) -> None:
-        kwargs = {"make_engine": self.make_engine} if self.make_engine else {}
 
-        def scoring(name: str):
-            return lambda done, total, s: self.post_message(self.Scored(name, done, total, s))
+        def progress(line: str) -> None:
+            self.post_message(self.Progress(line))
+
+        def scoring(name: str) -> perplexity.ChunkProgress:
+            def scored(done: int, total: int, seconds: float) -> None:
+                self.post_message(self.Scored(name, done, total, seconds))
+
+            return scored
 
         try:
             result = compare.compare(
@@ -196,11 +201,11 @@ class CompareScreen(ModalScreen[None]):
                 tokens=setup.tokens,
                 n_threads=self.n_threads,
                 options=self.options,
-                progress=lambda line: self.post_message(self.Progress(line)),
+                progress=progress,
                 text_file=setup.text,
                 text_ctx=setup.ctx,
                 text_progress=scoring,
-                **kwargs,
+                make_engine=self.make_engine,
             )
         except ChatappError as exc:
             self.post_message(self.Done(None, str(exc)))
@@ -241,10 +246,10 @@ class CompareScreen(ModalScreen[None]):
         path = line.split(": ", 1)[1] if line.startswith("reference: ") else line
         path = path.removeprefix("running ")
         table = self.query_one(CompareTable)
-        if self._running:
-            table.mark(self._running, "ran")
+        if self._running_path:
+            table.mark(self._running_path, "ran")
         table.mark(path, "running…")
-        self._running = path
+        self._running_path = path
         self._stage = f"running {Path(path).name}"
 
     def on_compare_screen_scored(self, message: Scored) -> None:
@@ -261,8 +266,10 @@ class CompareScreen(ModalScreen[None]):
         if message.result is None:
             self._status(f"compare failed: {message.error}", error=True)
             self.notify(message.error, title="Compare failed", severity="error", timeout=10)
-            for key in list(self.query_one(CompareTable).rows):
-                self.query_one(CompareTable).mark(key.value, "not run")
+            table = self.query_one(CompareTable)
+            for key in list(table.rows):
+                if key.value is not None:
+                    table.mark(key.value, "not run")
             return
         self.result = message.result
         failed = [r for r in message.result.runs if r.error]
@@ -350,7 +357,7 @@ class CompareScreen(ModalScreen[None]):
             return
         self.query_one(CompareTable).queue(files, text=setup.text is not None)
         self.query_one("#cmp-best", Static).update("")
-        self._stage = self._running = ""
+        self._stage = self._running_path = ""
         self.busy = f"comparing {len(files)} files"
         self._started = time.perf_counter()
         self._status(f"{self.busy}…")

@@ -432,12 +432,13 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
 
     def _update_fit(self) -> None:
         view = self.query_one(FitView)
-        shape = self.picked.shape if self.picked else None
+        picked = self.picked
+        shape = picked.shape if picked else None
         ctx, ngl = self._ctx(), self._ngl()
-        if shape is None or ctx is None or ngl is None:
+        if picked is None or shape is None or ctx is None or ngl is None:
             view.report = None
             return
-        view.trained_ctx = self.picked.card.context_length if self.picked.card else 0
+        view.trained_ctx = picked.card.context_length if picked.card else 0
         view.report = fit.fit_report(shape, ctx, ngl, self.gpu_free, self.ram_free)
 
     def _note(self, text: str, error: bool = False) -> None:

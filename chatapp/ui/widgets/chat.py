@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Group
 from rich.markdown import Markdown as RichMarkdown
 from rich.text import Text
@@ -9,6 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.visual import visualize
 from textual.widgets import Collapsible, Markdown, Static
+from textual.widgets.markdown import MarkdownStream
 
 from chatapp.chat.thinking import split_reply
 from chatapp.textsafe import printable
@@ -17,15 +20,22 @@ from chatapp.ui.literal import literal
 # A message longer than this shows its start only: wrapping a megabyte would freeze the UI.
 SHOWN_CHARS = 20_000
 
+if TYPE_CHECKING:  # the paragraph class Markdown.BLOCKS names (Textual does not export it)
+    from textual.widgets._markdown import MarkdownParagraph
+else:
+    MarkdownParagraph = Markdown.BLOCKS["paragraph_open"]
 
-class SteadyParagraph(Markdown.BLOCKS["paragraph_open"]):
+
+class SteadyParagraph(MarkdownParagraph):
     """A streamed paragraph that asks for a layout pass only when its height changes: most
     token batches extend the last line, and a layout pass walks every widget on the screen."""
 
     def set_content(self, content) -> None:
         width = self.content_size.width
         if self.is_mounted and width:
-            height = visualize(self, content, markup=False).get_height(self.styles, width)
+            visual = visualize(self, content, markup=False)
+            # Textual's Widget passes its styles here too; the annotation says RulesMap
+            height = visual.get_height(self.styles, width)  # type: ignore[arg-type]
             if height == self.content_size.height:
                 self._content = content
                 self.update(content, layout=False)
@@ -77,7 +87,7 @@ class MessageView(Vertical):
         self.branch = ""  # e.g. "branch 2/3": the message has other branches
         self.marked: list[tuple[str, bool]] | None = None  # the reply as (text, drafted) pieces
         self.marked_cursor: int | None = None  # the piece shown reversed (a step selected)
-        self._stream = None
+        self._stream: MarkdownStream | None = None
         self._painted_look: tuple = ()
 
     @property
@@ -177,6 +187,7 @@ class MessageView(Vertical):
             )
         text = printable(self.text[:SHOWN_CHARS])
         more = len(self.text) - SHOWN_CHARS
+        body: Text | RichMarkdown
         if self.role == "user":
             body = Text(text)
         else:
@@ -187,21 +198,21 @@ class MessageView(Vertical):
             return Group(body, note)
         return body
 
-    async def start_stream(self) -> None:
-        """Mount a live Markdown widget under the role line and open a stream on it."""
-        if self._stream is not None:
-            return
-        live = StreamingMarkdown(printable(self.text[-SHOWN_CHARS:]))
-        await self.mount(live, after=self.query_one(".body"))
-        self._stream = Markdown.get_stream(live)
-        self._paint()
+    async def start_stream(self) -> MarkdownStream:
+        """Mount a live Markdown widget under the role line and open a stream on it (once);
+        the stream."""
+        if self._stream is None:
+            live = StreamingMarkdown(printable(self.text[-SHOWN_CHARS:]))
+            await self.mount(live, after=self.query_one(".body"))
+            self._stream = Markdown.get_stream(live)
+            self._paint()
+        return self._stream
 
     async def write(self, delta: str) -> None:
         """Append streamed text (cheap: no re-parse of what is already shown)."""
         self.text += delta
-        if self._stream is None:
-            await self.start_stream()
-        await self._stream.write(printable(delta))
+        stream = await self.start_stream()
+        await stream.write(printable(delta))
 
     async def finish(
         self,

@@ -300,7 +300,7 @@ class GetModelsView(Vertical):
     def _file_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
         if event.row_key.value:  # Enter or a click: this file (the button takes the marked)
-            self.ask([self._hub_file(event.row_key.value)])
+            self.ask(self._hub_files([event.row_key.value]))
 
     @on(Button.Pressed, "#hub-download, #hub-compare, #hub-stop")
     def _button(self, event: Button.Pressed) -> None:
@@ -320,7 +320,7 @@ class GetModelsView(Vertical):
         if not names:
             self._note("pick a repo first, then a file", error=True)
             return
-        self.ask([self._hub_file(n) for n in names])
+        self.ask(self._hub_files(names))
 
     def action_compare(self) -> None:
         """The marked files (else the highlighted one), then F10 on them."""
@@ -328,7 +328,7 @@ class GetModelsView(Vertical):
         if not names:
             self._note("mark files with space first, then ctrl+d", error=True)
             return
-        self.ask([self._hub_file(n) for n in names], compare=True)
+        self.ask(self._hub_files(names), compare=True)
 
     def action_stop(self) -> None:
         self.app.post_message(self.StopAsked(self))
@@ -337,6 +337,9 @@ class GetModelsView(Vertical):
         """Ask the App to download these (a typed name in F8 comes here too)."""
         if self.download.running:
             self._note("a download is under way: wait for it, or stop it (ctrl+x)", error=True)
+            return
+        if not files:
+            self._note("pick a repo first, then a file", error=True)
             return
         what = files[0].name if len(files) == 1 else f"{len(files)} files"
         then = ", then F10 compares them" if compare else ""
@@ -369,10 +372,16 @@ class GetModelsView(Vertical):
         rows = self.ranked.rows if self.ranked else ()
         return [r.file for r in rows if r.file in self.marked]
 
-    def _hub_file(self, name: str) -> HubFile:
-        listing = self.ranked.listing  # a name comes from its rows
-        spec = ModelSpec("hf", f"{listing.repo}:{name}", repo=listing.repo, filename=name)
-        return HubFile(spec, listing)
+    def _hub_files(self, names: list[str]) -> list[HubFile]:
+        """The listed repo's files of these names (its rows name them); none while no repo is
+        listed."""
+        if self.ranked is None:
+            return []
+        listing = self.ranked.listing
+        return [
+            HubFile(ModelSpec("hf", f"{listing.repo}:{n}", repo=listing.repo, filename=n), listing)
+            for n in names
+        ]
 
     def _note(self, text: str, error: bool = False) -> None:
         note = self.query_one("#hub-note", Static)

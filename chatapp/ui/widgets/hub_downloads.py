@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from textual.app import App
@@ -14,7 +15,7 @@ from textual.message import Message
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from chatapp.errors import ChatappError
-from chatapp.models.hub.download import Cancelled
+from chatapp.models.hub.download import Cancelled, Progress
 from chatapp.models.hub.repo_files import Listing
 from chatapp.models.specs import ModelSpec
 from chatapp.progress import bytes_text, progress_text
@@ -130,10 +131,8 @@ class HubDownloads:
             try:
                 got = pull(
                     f.spec,
-                    progress=lambda name, where=where, seen=seen: self._progress(name, where, seen),
-                    say=lambda line, where=where: self._post(
-                        DownloadState(f"↓ {where}", line, running=True)
-                    ),
+                    progress=partial(self._progress, where=where, seen=seen),
+                    say=partial(self._say, where),
                     listing=f.listing,
                     stop=stopped,
                 )
@@ -160,7 +159,10 @@ class HubDownloads:
         ok = len(paths) == len(files)
         self._post_end(self.Finished(tuple(paths), compare and ok, end, tuple(names)))
 
-    def _progress(self, name: str, where: str, seen: dict[str, int]):
+    def _say(self, where: str, line: str) -> None:
+        self._post(DownloadState(f"↓ {where}", line, running=True))
+
+    def _progress(self, name: str, where: str, seen: dict[str, int]) -> Progress:
         last = [0.0]
 
         def report(done: int, total: int, seconds: float, resumed_from: int) -> None:
