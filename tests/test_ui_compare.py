@@ -80,7 +80,18 @@ def fake_screen(files: list[str]) -> CompareScreen:
     return CompareScreen(files=files, n_threads=1, tokens=4, make_engine=TextEngine)
 
 
-async def test_a_run_on_a_text_shows_progress_bars_the_tradeoff_and_is_saved(tmp_path):
+class QuietMachine:
+    """No other program's CPU time: a run here is never marked disturbed, whatever else this
+    machine is doing (the disturbed mark has its own test in test_quantize_compare.py)."""
+
+    def __call__(self) -> float:
+        return 0.0
+
+
+async def test_a_run_on_a_text_shows_progress_bars_the_tradeoff_and_is_saved(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(compare, "OtherPrograms", QuietMachine)
     files = links(tmp_path, "Q8_0", "Q4_1", "Q2_K")
     text = tmp_path / "text.txt"
     text.write_text("word " * 400)
