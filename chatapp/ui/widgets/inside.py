@@ -16,9 +16,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.reactive import reactive
+from textual.reactive import reactive, var
 from textual.widgets import Static
 
+from chatapp.chat.session import LiveReply
 from chatapp.engine.inside import Inspection, InspectRequest
 from chatapp.engine.protocol import Engine, EngineError
 from chatapp.textsafe import token_display
@@ -72,6 +73,9 @@ class InsidePanel(VerticalScroll, can_focus=True):
     head: reactive[int] = reactive(-1)
     """The query head shaded: -1 = the mean over all heads."""
     status: reactive[str] = reactive("Select a token in the Tokens tab, or send a message.")
+    reply: var[LiveReply | None] = var(None)
+    """The reply to look into (its prompt and tokens); the token is the one selected in the
+    Tokens tab, else its latest."""
 
     class Captured(Message):
         """A capture ended (`found`), or failed (`error`)."""
@@ -108,25 +112,32 @@ class InsidePanel(VerticalScroll, can_focus=True):
 
     def target(self) -> Target | None:
         """The token selected in the Tokens tab, else the reply's latest one."""
+        live = self.reply
+        if live is None:
+            return None
+        prompt = live.prompt.tokens if live.prompt is not None else ()
+        pieces = [*prompt, *live.tokens]
+        if not pieces:
+            return None
+        cursor, show_prompt = self.selected()
+        if show_prompt:
+            at = cursor if cursor is not None else len(prompt) - 1
+        else:
+            at = len(prompt) + (cursor if cursor is not None else len(live.tokens) - 1)
+        seq = tuple(t.id for t in pieces)
+        if at <= 0:  # nothing predicts the first token: look at its own pass
+            return Target(seq, 0, None, "the first token's pass")
+        piece = token_display(pieces[at].piece)
+        return Target(seq, at - 1, seq[at], f"how the model came to write {piece!r}")
+
+    def selected(self) -> tuple[int | None, bool]:
+        """The token under the Tokens tab's cursor (None: none), and whether the tab shows the
+        prompt (the cursor's index is then the prompt's) rather than the reply."""
         panels = self.screen.query(TokenPanel)
         if not panels:
-            return None
+            return None, False
         panel = panels.first()
-        prompt = [t.id for t in panel.prompt]
-        reply = [t.id for t in panel.reply]
-        if not prompt and not reply:
-            return None
-        cursor = panel.strip.cursor
-        if panel.show_prompt:
-            index = cursor if cursor is not None else len(prompt) - 1
-            seq, at = prompt + reply, index
-        else:
-            index = cursor if cursor is not None else len(reply) - 1
-            seq, at = prompt + reply, len(prompt) + index
-        if at <= 0:  # nothing predicts the first token: look at its own pass
-            return Target(tuple(seq), 0, None, "the first token's pass")
-        piece = token_display(_piece_at(panel, at, len(prompt)))
-        return Target(tuple(seq), at - 1, seq[at], f"how the model came to write {piece!r}")
+        return panel.strip.cursor, panel.show_prompt
 
     def action_capture(self, only_if_new: bool = False) -> None:
         target = self.target()
@@ -248,11 +259,6 @@ class InsidePanel(VerticalScroll, can_focus=True):
             out.append(f"note: {note}\n", muted)
         out.append("\n" + HELP, muted)
         return out
-
-
-def _piece_at(panel, at: int, n_prompt: int) -> bytes:
-    tokens = panel.prompt if at < n_prompt else panel.reply
-    return tokens[at if at < n_prompt else at - n_prompt].piece
 
 
 def _bar(p: float, width: int) -> str:
