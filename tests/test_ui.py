@@ -257,6 +257,13 @@ async def test_side_panels_redraw_at_most_every_panel_interval_and_end_complete(
         assert len(app.chat_screen.token_panel.strip.tokens) == len(reply.tokens)
         assert app.chat_screen.probs.chosen == reply.tokens[-1].id
         assert app.chat_screen.stats_panel.stats.tokens == len(reply.tokens)
+        # from one store: the panels hold the session's LiveReply, the strip its very tokens
+        screen = app.chat_screen
+        assert screen.token_panel.reply is screen.probs.reply is screen.stats_panel.reply
+        assert screen.token_panel.reply is reply.live
+        assert all(
+            a is b for a, b in zip(screen.token_panel.strip.tokens, reply.tokens, strict=True)
+        )
 
 
 async def test_finished_messages_are_two_widgets_and_follow_the_theme():

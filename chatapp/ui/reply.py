@@ -36,6 +36,9 @@ class Reply:
         """The sampler settings that token `index` was sampled with."""
         return self.live.settings_at(index, default)
 
+    def thinking_label(self) -> str:
+        return thinking_label(self.live)
+
     async def show_text(self) -> None:
         """The reply's new text: reasoning into its block (open while the model thinks), the
         answer below it (the block folds when the answer begins)."""

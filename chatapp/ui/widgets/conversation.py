@@ -25,7 +25,7 @@ from chatapp.ui.literal import literal
 from chatapp.ui.pacing import FramePacer, settle_gc
 from chatapp.ui.panel_feed import PanelFeed
 from chatapp.ui.prompt_input import PromptInput
-from chatapp.ui.reply import Reply, footer_for, thinking_label
+from chatapp.ui.reply import Reply, footer_for
 from chatapp.ui.reply_report import ReplyReport
 from chatapp.ui.streaming import SMOOTH, ReplyStream
 from chatapp.ui.widgets.chat import ChatView, MessageView
@@ -254,7 +254,7 @@ class ConversationPane(Vertical):
             return
         ev = message.event
         info = self.session.info
-        label = thinking_label(reply.live)
+        label = reply.thinking_label()
         split = self.session.finished(ev)
         if split.thinking or split.closed:
             if not split.closed:
