@@ -91,7 +91,7 @@ class LiveReply:
                 self.thinking_tokens += 1  # (the </think> token counts as reasoning)
             elif self.first_answer_t is None and self.split.answer.strip():
                 self.first_answer_t = tok.t
-            if len(self.tokens) > len(self.prefix):
+            if self.started:
                 gap = tok.t - self.tokens[-1].t
                 if gap > 0:
                     self.speeds.append(1.0 / gap)
@@ -105,9 +105,13 @@ class LiveReply:
         return self.tokens[len(self.prefix) :]
 
     @property
+    def started(self) -> bool:
+        """A token was sampled for it (beyond its prefix)."""
+        return len(self.tokens) > len(self.prefix)
+
+    @property
     def ttft_s(self) -> float | None:
-        new = self.tokens[len(self.prefix) :]
-        return new[0].t - self.submitted if new else None
+        return self.tokens[len(self.prefix)].t - self.submitted if self.started else None
 
     @property
     def decode_tps(self) -> float | None:
@@ -283,7 +287,7 @@ class ChatSession:
     def add_user(self, text: str, attachments: Sequence[Attachment] = ()) -> None:
         """A user turn: the text, then each attached file as a fenced block headed by its name
         (the history also keeps the files apart)."""
-        text = compose(text, attachments) if attachments else text
+        text = compose(text, tuple(attachments)) if attachments else text
         files = tuple(a.to_dict() for a in attachments)
         row = self.history.save_user(
             text, self.system_prompt, self.settings, self.tree.last.row, files

@@ -106,6 +106,8 @@ class ConversationPane(Vertical):
             self.panels.stats.stats = LiveStats(state="loading")
 
     def model_ready(self, info: ModelInfo) -> None:
+        if self.slot.engine is None:  # (gone again before its Ready message was handled)
+            return
         self.session.attach(self.slot.engine, info)
         self.set_status(f"ready: {Path(info.path).name} loaded in {info.load_s:.2f} s")
         self.pacer.use(self.slot.cadence)
@@ -216,7 +218,7 @@ class ConversationPane(Vertical):
         reply = self._live(message.reply_id)
         if reply is None:
             return
-        first = not reply.live.new
+        first = not reply.live.started
         shown = self.session.took(message.tokens)
         if not shown:  # (tokens only of the other replies decoded together)
             return

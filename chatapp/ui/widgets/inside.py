@@ -21,7 +21,7 @@ from textual.widgets import Static
 
 from chatapp.chat.session import LiveReply
 from chatapp.engine.inside import Inspection, InspectRequest
-from chatapp.engine.protocol import Engine, EngineError
+from chatapp.engine.protocol import Engine, EngineError, Token, TokenPiece
 from chatapp.textsafe import token_display
 from chatapp.ui.literal import literal
 from chatapp.ui.widgets.tokens import TokenPanel
@@ -68,7 +68,7 @@ class InsidePanel(VerticalScroll, can_focus=True):
 
     inspection: reactive[Inspection | None] = reactive(None)
     """The capture drawn (None: none yet)."""
-    layer: reactive[int] = reactive(0)
+    attention_layer: reactive[int] = reactive(0)  # (not `layer`: a Widget's CSS layer)
     """The attention layer shaded: 0 = the mean over all layers."""
     head: reactive[int] = reactive(-1)
     """The query head shaded: -1 = the mean over all heads."""
@@ -116,7 +116,7 @@ class InsidePanel(VerticalScroll, can_focus=True):
         if live is None:
             return None
         prompt = live.prompt.tokens if live.prompt is not None else ()
-        pieces = [*prompt, *live.tokens]
+        pieces: list[Token | TokenPiece] = [*prompt, *live.tokens]
         if not pieces:
             return None
         cursor, show_prompt = self.selected()
@@ -181,7 +181,7 @@ class InsidePanel(VerticalScroll, can_focus=True):
 
     def action_layer(self, step: int) -> None:
         if self.inspection is not None:
-            self.layer = (self.layer + step) % (self.inspection.n_layers + 1)
+            self.attention_layer = (self.attention_layer + step) % (self.inspection.n_layers + 1)
 
     def action_head(self) -> None:
         """Mean over heads -> head 0 -> ... -> head N-1 -> the mean again."""
@@ -205,7 +205,7 @@ class InsidePanel(VerticalScroll, can_focus=True):
     def watch_inspection(self) -> None:
         self._draw()
 
-    def watch_layer(self) -> None:
+    def watch_attention_layer(self) -> None:
         self._draw()
 
     def watch_head(self) -> None:
@@ -234,9 +234,9 @@ class InsidePanel(VerticalScroll, can_focus=True):
                 out.append(f"#{lens.chosen_rank:<5} {tops}\n" if lens.top else "\n", muted)
         else:
             out.append(found.lens_note + "\n", muted)
-        where = "all layers" if self.layer == 0 else f"layer {self.layer}"
+        where = "all layers" if self.attention_layer == 0 else f"layer {self.attention_layer}"
         head = self.head if 0 <= self.head < found.n_head else None
-        mean = np.nan_to_num(found.mean_attention(self.layer or None, head))
+        mean = np.nan_to_num(found.mean_attention(self.attention_layer or None, head))
         out.append(f"\nAttention ({where}, {self.head_label(found)}; [ ] h)\n", muted)
         top = float(mean.max()) or 1.0
         base = self.app.current_theme.background if hasattr(self.app, "current_theme") else None
@@ -244,8 +244,8 @@ class InsidePanel(VerticalScroll, can_focus=True):
             out.append(token_display(piece), _shade(heat, float(w) / top, base))
         out.append("\n")
         for pos in np.argsort(-mean)[:5]:
-            piece = token_display(found.pieces[pos])
-            out.append(f"  {pos:>5} {piece!r:<20} {mean[pos]:.3f}\n")
+            shown = token_display(found.pieces[pos])
+            out.append(f"  {pos:>5} {shown!r:<20} {mean[pos]:.3f}\n")
         if len(mean) > 1 and mean[0] >= SINK_SHARE:
             out.append(
                 f"  The first token takes {mean[0]:.0%}: an attention sink, where heads with "

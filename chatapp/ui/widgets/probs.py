@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -71,7 +72,7 @@ class ProbPanel(Widget, can_focus=True):
         def control(self) -> ProbPanel:
             return self.panel
 
-    candidates: reactive[tuple[Candidate, ...]] = reactive(())
+    candidates: reactive[Sequence[Candidate]] = reactive(())
     """Candidates of the step shown, best first."""
     chosen: reactive[int | None] = reactive(None)
     """Id of the token that was picked at that step."""
