@@ -7,6 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
+from chatapp.engine.candidate_rows import settle
 from chatapp.engine.local.candidates import (
     rank,
     ranked_size,
@@ -158,6 +159,7 @@ def test_rows_made_later_from_a_steps_facts_equal_the_rows_made_at_once(settings
         piece = lambda t: str(t).encode()  # noqa: E731
         facts = step_facts(logits, idx, log_z, settings, recent, 10, piece)
         assert facts._rows is None and len(facts) == 10 and facts  # no rows made for these
+        facts.settle()  # (the token loop, as it sends the step)
         sent = pickle.loads(pickle.dumps(facts))
         assert sent._rows is None
         want = top_candidates(logits, settings, recent, 10, piece, idx=idx, log_z=log_z)
@@ -190,4 +192,18 @@ def test_a_steps_capture_is_not_changed_by_the_next_decode_or_token():
     logits[:] = np.roll(logits, 7)  # the next decode writes the same buffer
     for t in np.argsort(logits)[-6:]:  # and the sampled tokens move the window on
         recent.push(int(t))
+    late.settle()
     assert pickle.loads(pickle.dumps(late)) == want
+
+
+def test_a_capture_is_settled_by_an_explicit_call_not_by_pickling():
+    """Pickling a step whose facts are still a capture is refused (settling is the token
+    loop's explicit call as it sends a batch, never a side effect of the pipe)."""
+    s = SETTINGS[0]
+    logits = _logits(2, 2.0)
+    idx, log_z = rank(logits, ranked_size(s, 10, N_VOCAB))
+    late = step_facts(logits, idx, log_z, s, _Window(), 10, lambda t: b"x")
+    with pytest.raises(TypeError, match="settle"):
+        pickle.dumps(late)
+    settle([late, ()])
+    assert pickle.loads(pickle.dumps(late)) == late.rows()

@@ -147,3 +147,26 @@ def test_on_the_real_model_the_oldest_turns_leave_the_prompt_to_fit(tmp_path, mo
         assert len(store.messages(session.history.conversation_id)) == 14
     finally:
         engine.close()
+
+
+def test_the_live_reply_is_the_one_store_of_a_replys_tokens_and_says_which_to_show(tmp_path):
+    """took() keeps every token in the session's LiveReply and says, once, which to show (with
+    several replies decoded together, the first's: the others wait in `alternatives`); the
+    reply's rates, settings and end are facts of the same object."""
+    session, _ = _session(tmp_path, max_tokens=8)
+    session.add_user("Go")
+    live = session.prepare().reply
+    assert live is session.draft and live.tokens == []
+    first, other = Token(0, 5, b" a", " a", 10.0), Token(0, 6, b" b", " b", 10.0, seq=1)
+    assert session.took([first, other]) == [first]
+    assert session.took([Token(1, 7, b" c", " c", 10.5, seq=1)]) == []
+    second = Token(1, 8, b" d", " d", 10.25)
+    changed = SamplerSettings(temperature=0.1)
+    session.settings_applied(1, changed)
+    assert session.took([second]) == [second]
+    assert live.tokens == [first, second] and live.text == " a d"
+    assert [t.id for t in live.alternatives[1]] == [6, 7]
+    assert live.speeds == [4.0] and live.decode_tps == 4.0 and live.ttft_s == 10.0 - live.submitted
+    assert live.settings_at(0) == session.settings and live.settings_at(1) == changed
+    failed = session.failed("stopped")
+    assert failed == " a d" and live.error == "stopped" and session.draft is None

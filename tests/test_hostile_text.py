@@ -110,7 +110,7 @@ async def chat_places(pilot, app: ChatApp, text: str, store: Store) -> None:
     app.query_one(TabbedContent).active = "tab-inside"
     panel = app.query_one(InsidePanel)
     await wait_until(pilot, lambda: panel.inspection is not None)
-    piece = token_display(app.chat_screen.token_panel.reply[0].piece)
+    piece = token_display(app.chat_screen.token_panel.reply_tokens[0].piece)
     assert repr(piece) in panel.status
     assert shown(panel.query_one("#inside-status")) == printable(panel.status)
     no_raw_escapes(app)

@@ -265,22 +265,22 @@ async def test_the_inside_tab_captures_the_selected_token_in_a_worker():
             raise AssertionError(panel.status) from None
         n_prompt, n_reply = (
             len(app.chat_screen.token_panel.prompt),
-            len(app.chat_screen.token_panel.reply),
+            len(app.chat_screen.token_panel.reply_tokens),
         )
         last = engine.inspections[-1]
         assert last.position == n_prompt + n_reply - 2  # the pass that wrote the latest token
-        assert last.chosen == app.chat_screen.token_panel.reply[-1].id
+        assert last.chosen == app.chat_screen.token_panel.reply_tokens[-1].id
         text = panel.render_inspection(panel.inspection).plain
         assert "final" in text and "Attention" in text and "Nearest" in text
         assert "attention sink" in text
         panel.focus()
         await pilot.press("]")
-        assert panel.layer == 1
+        assert panel.attention_layer == 1
         app.query_one(TabbedContent).active = "tab-tokens"
         app.chat_screen.token_panel.strip.cursor = 2
         app.query_one(TabbedContent).active = "tab-inside"
         await wait_until(pilot, lambda: engine.inspections[-1].position == n_prompt + 1)
-        assert engine.inspections[-1].chosen == app.chat_screen.token_panel.reply[2].id
+        assert engine.inspections[-1].chosen == app.chat_screen.token_panel.reply_tokens[2].id
 
 
 @pytest.mark.slow
@@ -302,7 +302,7 @@ async def test_the_inside_tab_on_the_real_model_explains_the_latest_token(model_
         app.query_one(TabbedContent).active = "tab-inside"
         await wait_until(pilot, lambda: panel.inspection is not None, 60)
         found = panel.inspection
-        assert found.chosen.id == app.chat_screen.token_panel.reply[-1].id
+        assert found.chosen.id == app.chat_screen.token_panel.reply_tokens[-1].id
         assert found.lens_ok and found.layers[-1].chosen_rank >= 1
         _check_attention(found)
 
@@ -365,9 +365,10 @@ async def test_alt_s_colours_the_reply_by_surprise_and_shows_its_perplexity():
     from helpers import SIZE, send, wait_until
     from textual.widgets import Static, TabbedContent
 
+    from chatapp.chat.session import LiveReply
+    from chatapp.engine.protocol import Token
     from chatapp.ui.app import ChatApp
     from chatapp.ui.keys import help_rows
-    from chatapp.ui.widgets.tokens import ShownToken
 
     engine = ScriptedEngine()
     app = ChatApp(lambda: engine)
@@ -384,12 +385,14 @@ async def test_alt_s_colours_the_reply_by_surprise_and_shows_its_perplexity():
         assert panel.surprise and strip.surprise
         legend = app.query_one("#surprise-legend", Static)
         assert legend.display
-        n = len(panel.reply)  # every scripted token has logprob -0.69: perplexity ~2
+        n = len(panel.reply_tokens)  # every scripted token has logprob -0.69: perplexity ~2
         assert f"reply perplexity {math.exp(0.69):.2f} over {n} tokens" in str(legend.render())
         assert [strip.render().spans[i].style for i in range(3)] != plain
 
         # a sure token and a surprising one get different colours; the cursor still wins
-        panel.reset_reply([ShownToken(1, b"a", -0.01), ShownToken(2, b"b", -9.0)])
+        panel.reply = LiveReply(
+            [Token(0, 1, b"a", "a", 0.0, -0.01), Token(1, 2, b"b", "b", 0.0, -9.0)]
+        )
         await pilot.pause()
         spans = strip.render().spans
         assert spans[0].style.bgcolor != spans[1].style.bgcolor

@@ -27,7 +27,7 @@ def pinned_first_paint(monkeypatch):
     measured = ConversationPane._record_first_paint
 
     def pinned(pane: ConversationPane, reply) -> None:
-        reply.submitted = time.perf_counter() - FIRST_PAINT_S
+        reply.live.submitted = time.perf_counter() - FIRST_PAINT_S
         measured(pane, reply)
         pane.slot.engine.paint_gate.set()
 
@@ -141,7 +141,7 @@ def test_a_thinking_models_reply_with_its_reasoning_folded(snap_compare, monkeyp
     monkeypatch.setattr(
         reply_module,
         "thinking_label",
-        lambda draft, reply: f"Thinking · {draft.thinking_tokens} tokens",
+        lambda live: f"Thinking · {live.thinking_tokens} tokens",
     )
     assert snap_compare(app, terminal_size=SIZE, run_before=_after_reply)
 

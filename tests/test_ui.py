@@ -67,7 +67,7 @@ async def test_slider_mid_reply_reaches_the_engine_and_is_recorded():
         slider.focus()
         await pilot.press("left", "left")
         await wait_until(pilot, lambda: pane(app).reply is None)
-        changes = pane(app).last_reply.settings_changes
+        changes = pane(app).last_reply.live.settings_changes
         assert changes, "the reply recorded when the new settings took effect"
         index, settings = changes[-1]
         assert settings.temperature == pytest.approx(0.7)
@@ -246,13 +246,13 @@ async def test_side_panels_redraw_at_most_every_panel_interval_and_end_complete(
     redraws: list[int] = []
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.slot.engine is not None)
-        original = pane(app).panels.refresh
+        original = pane(app).panels.show
 
-        def counted() -> None:
-            redraws.append(len(pane(app).panels.unshown))
-            original()
+        def counted(live=None) -> None:
+            redraws.append(len(live.tokens) if live else 0)
+            original(live)
 
-        pane(app).panels.refresh = counted
+        pane(app).panels.show = counted  # type: ignore[method-assign]
         await send(pilot, app, "Tell me more")
         await wait_until(
             pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
@@ -268,6 +268,13 @@ async def test_side_panels_redraw_at_most_every_panel_interval_and_end_complete(
         assert len(app.chat_screen.token_panel.strip.tokens) == len(reply.tokens)
         assert app.chat_screen.probs.chosen == reply.tokens[-1].id
         assert app.chat_screen.stats_panel.stats.tokens == len(reply.tokens)
+        # from one store: the panels hold the session's LiveReply, the strip its very tokens
+        screen = app.chat_screen
+        assert screen.token_panel.reply is screen.probs.reply is screen.stats_panel.reply
+        assert screen.token_panel.reply is reply.live
+        assert all(
+            a is b for a, b in zip(screen.token_panel.strip.tokens, reply.tokens, strict=True)
+        )
 
 
 async def test_finished_messages_are_two_widgets_and_follow_the_theme():

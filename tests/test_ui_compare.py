@@ -88,9 +88,7 @@ class QuietMachine:
         return 0.0
 
 
-async def test_a_run_on_a_text_shows_progress_bars_the_tradeoff_and_is_saved(
-    tmp_path, monkeypatch
-):
+async def test_a_run_on_a_text_shows_progress_bars_the_tradeoff_and_is_saved(tmp_path, monkeypatch):
     monkeypatch.setattr(compare, "OtherPrograms", QuietMachine)
     files = links(tmp_path, "Q8_0", "Q4_1", "Q2_K")
     text = tmp_path / "text.txt"

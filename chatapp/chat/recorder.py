@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from chatapp.engine.protocol import Finished, ModelInfo
 from chatapp.engine.steering import Steering
@@ -12,6 +13,7 @@ from chatapp.history.store import MessageStatus, Store, StoreError
 from chatapp.sampling import SamplerSettings
 
 SAVE_EVERY_S = 1.0  # a streaming reply is written at least this often
+T = TypeVar("T")
 
 
 class ChatHistory:
@@ -38,11 +40,12 @@ class ChatHistory:
             store = None
         return cls(store, warn)
 
-    def _do(self, what: Callable[[], object]) -> object | None:
+    def _do(self, what: Callable[[Store], T]) -> T | None:
+        """`what` done on the store; None without one, or when it failed (said once)."""
         if self.store is None or self._failed:
             return None
         try:
-            return what()
+            return what(self.store)
         except StoreError as exc:
             self._failed = True
             self.warn(f"{exc}; the chat goes on but is no longer saved")
@@ -79,7 +82,7 @@ class ChatHistory:
         if self.conversation_id is None:
             path = self._fingerprint.path if self._fingerprint else ""
             self.conversation_id = self._do(
-                lambda: self.store.create_conversation(
+                lambda store: store.create_conversation(
                     title_from(text), system_prompt=system_prompt, model_path=path, sampler=settings
                 )
             )
@@ -87,7 +90,7 @@ class ChatHistory:
         if self.conversation_id is not None:
             cid = self.conversation_id
             row = self._do(
-                lambda: self.store.add_message(
+                lambda store: store.add_message(
                     cid, "user", text, parent_id=parent, attachments=attachments
                 )
             )
@@ -100,9 +103,10 @@ class ChatHistory:
         replies that already follow it (branches); with the steering it is made with."""
         self.reply_id = None
         if self.conversation_id is not None:
+            cid = self.conversation_id
             self.reply_id = self._do(
-                lambda: self.store.begin_reply(
-                    self.conversation_id,
+                lambda store: store.begin_reply(
+                    cid,
                     model=self._fingerprint,
                     sampler=settings,
                     parent_id=parent,
@@ -113,10 +117,11 @@ class ChatHistory:
 
     def stream(self, text: str) -> None:
         """Save the reply so far, at most once a second."""
-        if self.reply_id is None or time.monotonic() - self._last_save < SAVE_EVERY_S:
+        reply_id = self.reply_id
+        if reply_id is None or time.monotonic() - self._last_save < SAVE_EVERY_S:
             return
         self._last_save = time.monotonic()
-        self._do(lambda: self.store.update_reply(self.reply_id, text))
+        self._do(lambda store: store.update_reply(reply_id, text))
 
     def finish(
         self,
@@ -138,7 +143,7 @@ class ChatHistory:
             status = MessageStatus.COMPLETE
         reply_id = self.reply_id
         self._do(
-            lambda: self.store.finish_reply(
+            lambda store: store.finish_reply(
                 reply_id,
                 text,
                 status,
@@ -156,14 +161,14 @@ class ChatHistory:
         """Messages taken out of the conversation (edit, continue)."""
         dropped = [r for r in rows if r is not None]
         if dropped:
-            self._do(lambda: self.store.delete_messages(dropped))
+            self._do(lambda store: store.delete_messages(dropped))
 
     def choose(self, row: int | None) -> None:
         """The conversation goes on with this message's branch."""
         if row is not None:
-            self._do(lambda: self.store.choose_branch(row))
+            self._do(lambda store: store.choose_branch(row))
 
     def update_meta(self, system_prompt: str) -> None:
         if self.conversation_id is not None:
             cid = self.conversation_id
-            self._do(lambda: self.store.update_conversation(cid, system_prompt=system_prompt))
+            self._do(lambda store: store.update_conversation(cid, system_prompt=system_prompt))

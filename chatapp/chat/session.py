@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import math
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -24,6 +25,7 @@ from chatapp.engine.protocol import (
     Grammar,
     ModelInfo,
     PromptEvaluated,
+    SettingsApplied,
     SteeringApplied,
     StopReason,
     Token,
@@ -38,18 +40,31 @@ class PickError(ChatappError):
     """A token cannot be picked there (no reply with tokens, a step out of range, streaming)."""
 
 
-@dataclass
-class ReplyDraft:
-    """The reply being written: the tokens it started from (continue, rewind), its text, and
-    that text cut into reasoning and answer (thinking models)."""
+@dataclass(eq=False)  # (one reply is itself: compared by identity, never field by field)
+class LiveReply:
+    """One reply and every fact of its tokens, the one store of them: the tokens it started
+    from (continue, rewind), the tokens as they come, its text cut into reasoning and answer
+    (thinking models), the prompt it answers, its rates, the settings each token was sampled
+    with, and how it ended. The session writes it; the chat pane, the side panels and the
+    history read it."""
 
-    prefix: list[Token]
+    prefix: list[Token] = field(default_factory=list)
+    settings: SamplerSettings | None = None  # as it started (None: not known, a branch shown)
+    submitted: float = field(default_factory=time.perf_counter)  # the engine's clock is the same
     text: str = ""
     tokens: list[Token] = field(default_factory=list)
     split: ThinkingSplitter = field(default_factory=ThinkingSplitter)
     starts_inside: bool = False  # the prompt opened the reasoning
     thinking_tokens: int = 0
     first_answer_t: float | None = None  # engine clock of the first token after the reasoning
+    prompt: PromptEvaluated | None = None
+    speeds: list[float] = field(default_factory=list)  # t/s from each new token's gap
+    settings_changes: list[tuple[int, SamplerSettings]] = field(default_factory=list)
+    steering_changes: list[tuple[int, Steering]] = field(default_factory=list)  # mid-reply
+    alternatives: dict[int, list[Token]] = field(default_factory=dict)  # the others', by seq
+    first_paint_s: float | None = None  # submit -> first token on screen (the UI's clock)
+    finished: Finished | None = None
+    error: str = ""
 
     def __post_init__(self) -> None:
         self.tokens = list(self.prefix)
@@ -62,7 +77,14 @@ class ReplyDraft:
         self.split = ThinkingSplitter(inside=True)
         self.split.feed(self.text)
 
-    def extend(self, tokens: Sequence[Token]) -> None:
+    def extend(self, tokens: Sequence[Token]) -> list[Token]:
+        """Tokens arrived; returns those of the reply shown (with several decoded together,
+        regenerate x N, the first: the others are kept in `alternatives`)."""
+        if any(t.seq for t in tokens):
+            for t in tokens:
+                if t.seq:
+                    self.alternatives.setdefault(t.seq, []).append(t)
+            tokens = [t for t in tokens if not t.seq]
         for tok in tokens:
             thinking = self.split.in_thinking or self.split.state == "start"
             self.split.feed(tok.text)
@@ -70,16 +92,55 @@ class ReplyDraft:
                 self.thinking_tokens += 1  # (the </think> token counts as reasoning)
             elif self.first_answer_t is None and self.split.answer.strip():
                 self.first_answer_t = tok.t
-        self.tokens.extend(tokens)
+            if self.started:
+                gap = tok.t - self.tokens[-1].t
+                if gap > 0:
+                    self.speeds.append(1.0 / gap)
+            self.tokens.append(tok)
         self.text += "".join(t.text for t in tokens)
+        return list(tokens)
+
+    @property
+    def new(self) -> list[Token]:
+        """The tokens sampled for this reply (after its prefix)."""
+        return self.tokens[len(self.prefix) :]
+
+    @property
+    def started(self) -> bool:
+        """A token was sampled for it (beyond its prefix)."""
+        return len(self.tokens) > len(self.prefix)
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self.tokens[len(self.prefix)].t - self.submitted if self.started else None
+
+    @property
+    def decode_tps(self) -> float | None:
+        n = len(self.tokens) - len(self.prefix)
+        span = self.tokens[-1].t - self.tokens[len(self.prefix)].t if n > 1 else 0.0
+        return (n - 1) / span if span > 0 else None
+
+    @property
+    def drafted(self) -> int:
+        return sum(t.drafted for t in self.tokens)
+
+    def settings_at(self, index: int, default: SamplerSettings | None = None) -> SamplerSettings:
+        """The sampler settings that token `index` was sampled with."""
+        chosen = self.settings or default or SamplerSettings()
+        for at, settings in self.settings_changes:
+            if at <= index:
+                chosen = settings
+        return chosen
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A request ready to send, and how many of the oldest messages it leaves out; `note`
-    says so in one line when that number changed since the last request ("" otherwise)."""
+    """A request ready to send, the reply it opens (the session's `draft`), and how many of the
+    oldest messages it leaves out; `note` says so in one line when that number changed since
+    the last request ("" otherwise)."""
 
     request: GenerateRequest
+    reply: LiveReply
     dropped: int
     note: str = ""
 
@@ -117,11 +178,10 @@ class ChatSession:
         self.grammar: Grammar | None = None  # what replies must follow (a schema's, a GBNF's)
         self.steering: Steering | None = None  # control vectors for the next replies
         self.last_steering: Steering | None = None  # the last reply's, with its changes
-        self._alt_tokens: dict[int, list[Token]] = {}  # the other replies' tokens, by seq
         self.engine: Engine | None = None
         self.info: ModelInfo | None = None
         self.tree = Tree()
-        self.draft: ReplyDraft | None = None
+        self.draft: LiveReply | None = None  # the reply being written
         self.last_split: Split | None = None  # the last finished reply: reasoning and answer
         self.left_out = 0  # the oldest messages the last request left out to fit the context
 
@@ -176,6 +236,8 @@ class ChatSession:
     def steering_applied(self, event: SteeringApplied) -> None:
         """The engine changed the steering mid-reply: kept with the reply in history (a reply
         begun unsteered too: its record then starts with no vectors)."""
+        if self.draft is not None:
+            self.draft.steering_changes.append((event.index, event.steering))
         before = self.last_steering or STEERING_OFF
         change = (event.index, event.steering.vectors)
         self.last_steering = replace(before, changes=(*before.changes, change))
@@ -227,7 +289,7 @@ class ChatSession:
     def add_user(self, text: str, attachments: Sequence[Attachment] = ()) -> None:
         """A user turn: the text, then each attached file as a fenced block headed by its name
         (the history also keeps the files apart)."""
-        text = compose(text, attachments) if attachments else text
+        text = compose(text, tuple(attachments)) if attachments else text
         files = tuple(a.to_dict() for a in attachments)
         row = self.history.save_user(
             text, self.system_prompt, self.settings, self.tree.last.row, files
@@ -237,8 +299,9 @@ class ChatSession:
     def prepare(self, prefix: Sequence[Token] = (), raw: bool = False) -> Prepared:
         """The request for the next reply (continuing `prefix`, if given); opens its row.
         raw: the last user message is the whole prompt, without the chat template."""
+        submitted = time.perf_counter()
         kept, dropped = self.fitted()
-        self.draft = ReplyDraft(list(prefix))
+        self.draft = LiveReply(list(prefix), self.settings, submitted)
         steering = self.steering if self.steering is not None and self.steering.active else None
         self.last_steering = steering
         self.history.begin_reply(self.settings, self.tree.last.row, steering)
@@ -257,29 +320,33 @@ class ChatSession:
             raw_prompt=self.conversation[-1].content if raw else None,
         )
         self.alternatives = 1  # (once: the next reply is one again)
-        self._alt_tokens = {}
         changed, self.left_out = dropped != self.left_out, dropped
         note = left_out_note(dropped, self.info.n_ctx if self.info else 0) if changed else ""
-        return Prepared(request, dropped, note)
+        return Prepared(request, self.draft, dropped, note)
 
     def prompt_evaluated(self, event: PromptEvaluated) -> None:
         """The engine rendered and read the prompt; if it opened the model's reasoning, the
         reply starts inside it."""
-        if self.draft is not None and opens_thinking(event.rendered):
+        if self.draft is None:
+            return
+        self.draft.prompt = event
+        if opens_thinking(event.rendered):
             self.draft.think_from_start()
 
-    def took(self, tokens: Sequence[Token]) -> None:
-        """Tokens of the reply arrived; its text is saved at most once a second."""
+    def took(self, tokens: Sequence[Token]) -> list[Token]:
+        """Tokens of the reply arrived; its text is saved at most once a second. Returns the
+        ones to show: with several replies decoded together (regenerate x N), the first's."""
         draft = self.draft
         if draft is None:
-            return
-        if any(t.seq for t in tokens):  # several replies at once: the first is the one shown
-            for t in tokens:
-                if t.seq:
-                    self._alt_tokens.setdefault(t.seq, []).append(t)
-            tokens = [t for t in tokens if not t.seq]
-        draft.extend(tokens)
+            return []
+        shown = draft.extend(tokens)
         self.history.stream(draft.text)
+        return shown
+
+    def settings_applied(self, index: int, settings: SamplerSettings) -> None:
+        """New sampler settings took effect from token `index` of the reply."""
+        if self.draft is not None:
+            self.draft.settings_changes.append((index, settings))
 
     def finished(self, event: Finished) -> Split:
         """The reply ended (complete, stopped or cut): its answer joins the conversation (the
@@ -290,21 +357,23 @@ class ChatSession:
         row = self.history.finish(event.text, event, self.settings, steering=self.last_steering)
         tokens = tuple(self.draft.tokens) if self.draft is not None else ()
         first = self.tree.add(Turn(ChatMessage("assistant", answer), event.text, row, tokens))
+        alternatives = self.draft.alternatives if self.draft is not None else {}
+        if self.draft is not None:
+            self.draft.finished = event
         self.draft = None
         self.last_split = split
-        self._add_alternatives(event, first)
+        self._add_alternatives(event, first, alternatives)
         return split
 
-    def _add_alternatives(self, event: Finished, first: Turn) -> None:
+    def _add_alternatives(
+        self, event: Finished, first: Turn, tokens: dict[int, list[Token]]
+    ) -> None:
         """The other replies of a batch join as branches beside the first (which stays the
         chosen one); each is saved as a message of its own."""
-        from dataclasses import replace
-
         for seq, text in enumerate(event.alternatives[1:], start=1):
             reason = event.alternative_reasons[seq] if seq < len(event.alternative_reasons) else ""
             ended = replace(event, text=text, reason=StopReason(reason or event.reason))
-            self.keep_beside(first, ended, self._alt_tokens.get(seq, ()))
-        self._alt_tokens = {}
+            self.keep_beside(first, ended, tokens.get(seq, ()))
 
     def keep_beside(
         self,
@@ -339,6 +408,8 @@ class ChatSession:
         else:  # nothing written: the reply it was to replace (if any) is the chosen one again
             self.tree.restore()
             self.history.choose(self.tree.last.row if self.tree.last.role == "assistant" else None)
+        if self.draft is not None:
+            self.draft.error = message
         self.draft = None
         return text
 
@@ -360,6 +431,8 @@ class ChatSession:
                     self.prompt_evaluated(event)
                 elif isinstance(event, Token):
                     self.took([event])
+                elif isinstance(event, SettingsApplied):
+                    self.settings_applied(event.index, event.settings)
                 elif isinstance(event, SteeringApplied):
                     self.steering_applied(event)
                 elif isinstance(event, Finished):

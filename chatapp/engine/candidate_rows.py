@@ -3,7 +3,7 @@ what the sampler chain keeps of them, by the kept rules of chatapp.sampling's ta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from functools import lru_cache
@@ -78,7 +78,8 @@ class FactsLater(Protocol):
 class Candidates(Seq[Candidate]):
     """The candidate rows of one step, derived from its StepFacts on first use (the latest
     token when the panel paints, a past one when it is selected, `ask --json` at the end) and
-    kept. Its length and truth need no rows; it pickles as its facts (settling FactsLater)."""
+    kept. Its length and truth need no rows; it pickles as its facts, once settled (`settle`:
+    a capture, FactsLater, is put in order by an explicit call, never by pickling)."""
 
     __slots__ = ("_facts", "_rows")
 
@@ -92,6 +93,11 @@ class Candidates(Seq[Candidate]):
         if not isinstance(f, StepFacts):
             f = self._facts = f.settle()
         return f
+
+    def settle(self) -> None:
+        """Put a capture's facts in order now (the token loop: on each batch of steps it
+        sends, where it runs with the caches warm)."""
+        self._facts = self.facts
 
     def rows(self) -> tuple[Candidate, ...]:
         if self._rows is None:
@@ -124,10 +130,19 @@ class Candidates(Seq[Candidate]):
     __hash__ = None  # type: ignore[assignment]
 
     def __reduce__(self):
-        return (Candidates, (self.facts,))
+        if not isinstance(self._facts, StepFacts):
+            raise TypeError("a step's candidates are sent settled: call settle() first")
+        return (Candidates, (self._facts,))
 
     def __repr__(self) -> str:
         return f"Candidates({self.rows()!r})"
+
+
+def settle(steps: Iterable[Seq[Candidate]]) -> None:
+    """Put the captured facts of these steps' candidates in order (before they are sent)."""
+    for candidates in steps:
+        if isinstance(candidates, Candidates):
+            candidates.settle()
 
 
 def rows_from_facts(facts: StepFacts) -> tuple[Candidate, ...]:

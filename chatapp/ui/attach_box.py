@@ -39,8 +39,10 @@ class Pane(Protocol):
 
     session: ChatSession
     slot: EngineSlot
-    prompt: PromptInput
     app: App
+
+    @property
+    def prompt(self) -> PromptInput: ...
 
     def set_status(self, text: str, error: bool = False) -> None: ...
 

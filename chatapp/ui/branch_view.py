@@ -6,16 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from chatapp.chat.branches import Turn
-from chatapp.engine.protocol import Token
-from chatapp.ui.panel_feed import shown
+from chatapp.chat.session import LiveReply
 from chatapp.ui.reply import Reply, stored_footer
 from chatapp.ui.widgets.chat import MessageView
 
 if TYPE_CHECKING:
     from chatapp.chat.session import ChatSession
     from chatapp.ui.widgets.chat import ChatView
-    from chatapp.ui.widgets.probs import ProbPanel
-    from chatapp.ui.widgets.tokens import TokenPanel
 
 
 class BranchView:
@@ -73,18 +70,9 @@ class BranchView:
         if last is None or last.role != "assistant" or not last.tokens or not views:
             return True, None
         self._reply_ids -= 1  # (ids of their own, below those of streamed replies)
-        return True, Reply(self._reply_ids, views[-1], 0.0, list(last.tokens))
+        return True, Reply(self._reply_ids, views[-1], LiveReply(list(last.tokens)))
 
     def _footer(self, turn: Turn) -> str:
         if turn in self.footers:
             return self.footers[turn]
         return stored_footer(turn.record) if turn.record is not None else ""
-
-
-def show_tokens(panel: TokenPanel, probs: ProbPanel, tokens: list[Token]) -> None:
-    """The Tokens and Next-token panels show this reply's tokens (its last step)."""
-    panel.reset_reply([shown(t) for t in tokens])
-    last = tokens[-1] if tokens else None
-    probs.step = None
-    probs.chosen = last.id if last is not None else None
-    probs.candidates = tuple(last.candidates) if last is not None else ()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from chatapp.engine.candidate_rows import settle
 from chatapp.engine.local import template
 from chatapp.engine.local.candidates import (
     rank,
@@ -232,6 +233,7 @@ class Generation:
         self.pending.append(event)
         now = time.perf_counter()
         if flush or now - self.last_flush >= self.flush_s:
+            settle(e.candidates for e in self.pending if isinstance(e, Token))
             self.conn.send(("events", self.pending))
             self.pending = []
             self.last_flush = now

@@ -33,7 +33,7 @@ from chatapp.ui.widgets.probs import ProbPanel
 from chatapp.ui.widgets.sampler import SamplerPanel
 from chatapp.ui.widgets.stats import LiveStats, StatsPanel
 from chatapp.ui.widgets.steer_panel import SteerPanel
-from chatapp.ui.widgets.tokens import ShownToken, TokenPanel, TokenStrip
+from chatapp.ui.widgets.tokens import TokenPanel, TokenStrip
 
 
 def _key(key: str, action: str, description: str, id: str, show: bool = True) -> Binding:
@@ -144,23 +144,23 @@ class ChatScreen(Screen):
         self.call_after_refresh(settle_gc)
         self.pane.start_model()
 
-    # ---- its parts --------------------------------------------------------------------------
+    # ---- its parts (found by the pane's PanelFeed, their one home) ------------------------
 
     @property
     def probs(self) -> ProbPanel:
-        return self.query_one("#probs", ProbPanel)
+        return self.pane.panels.probs
 
     @property
     def token_panel(self) -> TokenPanel:
-        return self.query_one("#tokens", TokenPanel)
+        return self.pane.panels.tokens
 
     @property
     def stats_panel(self) -> StatsPanel:
-        return self.query_one("#stats", StatsPanel)
+        return self.pane.panels.stats
 
     @property
     def sampler(self) -> SamplerPanel:
-        return self.query_one("#sampler", SamplerPanel)
+        return self.pane.panels.sampler
 
     # ---- the model, as the app's EngineSlot reports it --------------------------------------
 
@@ -437,5 +437,4 @@ class ChatScreen(Screen):
         except EngineError as exc:
             self.app.call_from_thread(self.pane.set_status, f"error: {exc}", True)
             return
-        shown = [ShownToken(p.id, p.piece, special=p.special) for p in pieces]
-        self.app.call_from_thread(self.token_panel.show_typed, shown)
+        self.app.call_from_thread(self.token_panel.show_typed, pieces)

@@ -19,7 +19,7 @@ from chatapp.chat.session import ChatSession, PickError
 from chatapp.config import Config, draft_source
 from chatapp.engine.protocol import Candidate, ModelInfo, Token
 from chatapp.ui.attach_box import AttachBox
-from chatapp.ui.branch_view import BranchView, show_tokens
+from chatapp.ui.branch_view import BranchView
 from chatapp.ui.copy_actions import Clipboard
 from chatapp.ui.engine_slot import EngineSlot
 from chatapp.ui.literal import literal
@@ -30,10 +30,7 @@ from chatapp.ui.reply import Reply, footer_for
 from chatapp.ui.reply_report import ReplyReport
 from chatapp.ui.streaming import SMOOTH, ReplyStream
 from chatapp.ui.widgets.chat import ChatView, MessageView
-from chatapp.ui.widgets.probs import ProbPanel
-from chatapp.ui.widgets.sampler import SamplerPanel
-from chatapp.ui.widgets.stats import LiveStats, StatsPanel
-from chatapp.ui.widgets.tokens import TokenPanel
+from chatapp.ui.widgets.stats import LiveStats
 
 STOP_GRACE_S = 3.0  # after Esc, a worker that has not stopped by then is killed
 
@@ -87,27 +84,10 @@ class ConversationPane(Vertical):
     def prompt(self) -> PromptInput:
         return self.query_one("#prompt", PromptInput)
 
-    @property
-    def probs(self) -> ProbPanel:
-        return (self.panel_holder or self.screen).query_one("#probs", ProbPanel)
-
-    @property
-    def token_panel(self) -> TokenPanel:
-        return (self.panel_holder or self.screen).query_one("#tokens", TokenPanel)
-
-    @property
-    def stats_panel(self) -> StatsPanel:
-        return (self.panel_holder or self.screen).query_one("#stats", StatsPanel)
-
-    @property
-    def sampler(self) -> SamplerPanel:
-        return self.screen.query_one("#sampler", SamplerPanel)
-
     @cached_property
     def panels(self) -> PanelFeed:
-        feed = PanelFeed(self, self.token_panel, self.probs, self.stats_panel)
-        feed.pacer = self.pacer
-        return feed
+        """The screen's side panels, and the reply they show."""
+        return PanelFeed(self, self.pacer, self.panel_holder)
 
     @cached_property
     def branches(self) -> BranchView:
@@ -133,13 +113,15 @@ class ConversationPane(Vertical):
     def start_model(self) -> None:
         if self.slot.start():
             self.set_status("loading the model…")
-            self.stats_panel.stats = LiveStats(state="loading")
+            self.panels.stats.stats = LiveStats(state="loading")
 
     def model_ready(self, info: ModelInfo) -> None:
+        if self.slot.engine is None:  # (gone again before its Ready message was handled)
+            return
         self.session.attach(self.slot.engine, info)
         self.set_status(f"ready: {Path(info.path).name} loaded in {info.load_s:.2f} s")
         self.pacer.use(self.slot.cadence)
-        self.sampler.show_draft(self.session.speculation)
+        self.panels.sampler.show_draft(self.session.speculation)
         if self._reply_pending:
             self._reply_pending = False
             self.app.run_worker(self._generate(), exclusive=False)
@@ -189,18 +171,16 @@ class ConversationPane(Vertical):
         if item is None:
             item = await self.chat.add("assistant")
         await item.start_stream()
-        reply = Reply(self._reply_ids, item, time.perf_counter(), list(prefix or []))
-        settings = reply.initial_settings = self.session.settings
+        prepared = self.session.prepare(prefix or [])
+        live = prepared.reply
+        split = live.split
+        reply = Reply(self._reply_ids, item, live, len(split.thinking), len(split.answer))
         self.reply = reply
         self._blink(False)  # a blinking cursor is two frames a second that the model pays for
         self.paint_log = []
-        prepared = self.session.prepare(reply.tokens)
-        split = self.session.draft.split
-        reply.shown_thinking, reply.shown_answer = len(split.thinking), len(split.answer)
         self._show_left_out(item, prepared.dropped)
         reply.note = prepared.note  # said once: the status line while it streams and when done
-        self.panels.settings = settings
-        self.panels.start(reply)
+        self.panels.start(live)
         self.pacer.start()
         self.set_status("generating… (Esc stops)" + (f" · {reply.note}" if reply.note else ""))
         pacer = self.pacer
@@ -236,33 +216,31 @@ class ConversationPane(Vertical):
 
     # ---- the reply's events (posted by the generation thread) -----------------------------
 
+    def _live(self, reply_id: int) -> Reply | None:
+        """The reply streaming, if a message from the generation thread is about it."""
+        return self.reply if self.reply is not None and self.reply.id == reply_id else None
+
     def on_reply_stream_prompt_shown(self, message: ReplyStream.PromptShown) -> None:
-        self.session.prompt_evaluated(message.event)
-        self.panels.prompt(message.event)
+        if self._live(message.reply_id) is not None:
+            self.session.prompt_evaluated(message.event)  # (the panels show it with the reply)
 
     async def on_reply_stream_tokens_arrived(self, message: ReplyStream.TokensArrived) -> None:
-        reply = self.reply
-        if reply is None or message.reply_id != reply.id:
+        reply = self._live(message.reply_id)
+        if reply is None:
             return
-        if any(t.seq for t in message.tokens):  # several replies at once (regenerate x N):
-            self.session.took([t for t in message.tokens if t.seq])  # the others are kept
-            message.tokens = [t for t in message.tokens if not t.seq]  # the first is shown
-            if not message.tokens:
-                return
-        first = not reply.tokens or len(reply.tokens) == len(reply.prefix_ids)
-        reply.add(message.tokens)
+        first = not reply.live.started
+        shown = self.session.took(message.tokens)
+        if not shown:  # (tokens only of the other replies decoded together)
+            return
         self.pacer.framed()
-        self.paint_log.append((time.perf_counter(), len(message.tokens)))
-        self.session.took(message.tokens)
-        if self.session.draft is not None:
-            await reply.show_text(self.session.draft)
-        if first and reply.first_paint_s is None:
+        self.paint_log.append((time.perf_counter(), len(shown)))
+        await reply.show_text()
+        if first:
             self.call_after_refresh(self._record_first_paint, reply)
-        self.panels.settings = self.session.settings
-        self.panels.took(message.tokens, first)
+        self.panels.frame(first)
 
     def on_reply_stream_prefill_progressed(self, message: ReplyStream.PrefillProgressed) -> None:
-        if self.reply is None or message.reply_id != self.reply.id:
+        if self._live(message.reply_id) is None:
             return
         done, total, elapsed = message.done, message.total, message.elapsed_s
         rate = done / elapsed if elapsed > 0 else 0.0
@@ -272,32 +250,29 @@ class ConversationPane(Vertical):
         )
 
     def _record_first_paint(self, reply: Reply) -> None:
-        reply.first_paint_s = time.perf_counter() - reply.submitted
-        self.first_paint_s.append(reply.first_paint_s)
-        self.stats_panel.stats = self.stats_panel.stats.but(first_paint_s=reply.first_paint_s)
+        live = reply.live
+        live.first_paint_s = time.perf_counter() - live.submitted
+        self.first_paint_s.append(live.first_paint_s)
 
     def on_reply_stream_settings_took_effect(self, message: ReplyStream.SettingsTookEffect) -> None:
         index = message.event.index
-        self.sampler.set_status(f"applied from token {index} of the reply")
-        if self.reply is not None:
-            self.reply.settings_changes.append((index, message.event.settings))
+        self.panels.sampler.set_status(f"applied from token {index} of the reply")
+        if self._live(message.reply_id) is not None:
+            self.session.settings_applied(index, message.event.settings)
 
     def on_reply_stream_steering_took_effect(self, message: ReplyStream.SteeringTookEffect) -> None:
         """Steering changed mid-reply (the Steer tab): kept with the reply, marked in Tokens."""
-        if self.reply is not None and message.reply_id == self.reply.id:
+        if self._live(message.reply_id) is not None:
             self.session.steering_applied(message.event)
-            self.token_panel.mark_steering(message.event.index)
+            self.panels.tokens.mark_steering(message.event.index)
 
     async def on_reply_stream_ended(self, message: ReplyStream.Ended) -> None:
-        reply = self.reply
-        if reply is None or message.reply_id != reply.id:
+        reply = self._live(message.reply_id)
+        if reply is None:
             return
-        self.panels.end()
         ev = message.event
-        reply.finished = ev
         info = self.session.info
-        draft = self.session.draft
-        label = reply.thinking_label(draft) if draft else ""
+        label = reply.thinking_label()
         split = self.session.finished(ev)
         if split.thinking or split.closed:
             if not split.closed:
@@ -309,24 +284,23 @@ class ConversationPane(Vertical):
             await reply.item.finish(ev.text, footer_for(ev, reply, info))
         self.branches.finished(reply.item.footer)
         model = info.path if info else ""
-        self.panels.finished(reply, ev, self.report.note(ev, model, reply.first_paint_s))
+        self.panels.end(self.report.note(ev, model, reply.live.first_paint_s))
         detail = f" ({ev.detail})" if ev.detail else ""
         self.set_status(f"done: {ev.reason}{detail}" + (f" · {reply.note}" if reply.note else ""))
         self._end_reply()
 
     async def on_reply_stream_errored(self, message: ReplyStream.Errored) -> None:
-        reply = self.reply
-        if reply is None or message.reply_id != reply.id:
+        reply = self._live(message.reply_id)
+        if reply is None:
             return
-        self.panels.end()
         text = self.session.failed(message.message)  # what it wrote so far stays
+        self.panels.end()
         note = f"⚠ {message.message}"
         if message.log_tail:
             note += "\n\nlast log lines:\n" + message.log_tail
         await reply.item.finish(text, note)
         reply.item.add_class("error")
         self.branches.label()
-        self.stats_panel.stats = self.stats_panel.stats.but(state="error", stop_reason="error")
         self.set_status(f"error: {message.message}", error=True)
         if message.crashed:
             self.slot.lost()
@@ -358,8 +332,7 @@ class ConversationPane(Vertical):
         self.last_reply = None
         self.branches.footers.clear()
         await self.chat.clear()
-        self.token_panel.reset_reply()
-        self.probs.candidates = ()
+        self.panels.clear()
         self.set_status("new chat")
 
     async def regenerate(self) -> None:
@@ -410,8 +383,9 @@ class ConversationPane(Vertical):
         """Cut the last reply at the selected token and sample again from there (the old
         reply stays as a branch)."""
         last = self.last_reply
-        cursor = self.token_panel.strip.cursor
-        if self.reply is not None or last is None or cursor is None or self.token_panel.show_prompt:
+        tokens = self.panels.tokens
+        cursor = tokens.strip.cursor
+        if self.reply is not None or last is None or cursor is None or tokens.show_prompt:
             self.notify("Select a token of the last reply in the Tokens tab first.")
             return
         self.session.set_aside_last_reply()
@@ -440,10 +414,8 @@ class ConversationPane(Vertical):
     async def _restart(self, last: Reply, prefix: list[Token]) -> None:
         """Generate the last reply again from `prefix`, in its message (rewind, pick)."""
         await last.item.finish("".join(t.text for t in prefix))
-        await self._generate(prefix=prefix, item=last.item)
-        if prefix and self.reply is not None:  # the latest step is the one picked, until the next
-            self.probs.chosen, self.probs.candidates = prefix[-1].id, prefix[-1].candidates
-        self.branches.label()
+        await self._generate(prefix=prefix, item=last.item)  # (the panels show its latest step:
+        self.branches.label()  # the one picked, until the next)
 
     async def switch_branch(self, step: int) -> None:
         """Show the previous (-1) or next (+1) branch of the newest message that has branches;
@@ -454,5 +426,8 @@ class ConversationPane(Vertical):
         switched, last, status = await self.branches.switch_newest(step)
         if switched:
             self.last_reply = last
-            show_tokens(self.token_panel, self.probs, last.tokens if last is not None else [])
+            if last is not None:
+                self.panels.look_at(last.live)
+            else:
+                self.panels.clear()
         self.set_status(status)

@@ -16,11 +16,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.reactive import reactive
+from textual.reactive import reactive, var
 from textual.widgets import Static
 
+from chatapp.chat.session import LiveReply
 from chatapp.engine.inside import Inspection, InspectRequest
-from chatapp.engine.protocol import Engine, EngineError
+from chatapp.engine.protocol import Engine, EngineError, Token, TokenPiece
 from chatapp.textsafe import token_display
 from chatapp.ui.literal import literal
 from chatapp.ui.widgets.tokens import TokenPanel
@@ -68,11 +69,14 @@ class InsidePanel(VerticalScroll, can_focus=True):
 
     inspection: reactive[Inspection | None] = reactive(None)
     """The capture drawn (None: none yet)."""
-    layer: reactive[int] = reactive(0)
+    attention_layer: reactive[int] = reactive(0)  # (not `layer`: a Widget's CSS layer)
     """The attention layer shaded: 0 = the mean over all layers."""
     head: reactive[int] = reactive(-1)
     """The query head shaded: -1 = the mean over all heads."""
     status: reactive[str] = reactive("Select a token in the Tokens tab, or send a message.")
+    reply: var[LiveReply | None] = var(None)
+    """The reply to look into (its prompt and tokens); the token is the one selected in the
+    Tokens tab, else its latest."""
 
     class Captured(Message):
         """A capture ended (`found`), or failed (`error`)."""
@@ -114,25 +118,32 @@ class InsidePanel(VerticalScroll, can_focus=True):
 
     def target(self) -> Target | None:
         """The token selected in the Tokens tab, else the reply's latest one."""
+        live = self.reply
+        if live is None:
+            return None
+        prompt = live.prompt.tokens if live.prompt is not None else ()
+        pieces: list[Token | TokenPiece] = [*prompt, *live.tokens]
+        if not pieces:
+            return None
+        cursor, show_prompt = self.selected()
+        if show_prompt:
+            at = cursor if cursor is not None else len(prompt) - 1
+        else:
+            at = len(prompt) + (cursor if cursor is not None else len(live.tokens) - 1)
+        seq = tuple(t.id for t in pieces)
+        if at <= 0:  # nothing predicts the first token: look at its own pass
+            return Target(seq, 0, None, "the first token's pass")
+        piece = token_display(pieces[at].piece)
+        return Target(seq, at - 1, seq[at], f"how the model came to write {piece!r}")
+
+    def selected(self) -> tuple[int | None, bool]:
+        """The token under the Tokens tab's cursor (None: none), and whether the tab shows the
+        prompt (the cursor's index is then the prompt's) rather than the reply."""
         panels = self.screen.query(TokenPanel)
         if not panels:
-            return None
+            return None, False
         panel = panels.first()
-        prompt = [t.id for t in panel.prompt]
-        reply = [t.id for t in panel.reply]
-        if not prompt and not reply:
-            return None
-        cursor = panel.strip.cursor
-        if panel.show_prompt:
-            index = cursor if cursor is not None else len(prompt) - 1
-            seq, at = prompt + reply, index
-        else:
-            index = cursor if cursor is not None else len(reply) - 1
-            seq, at = prompt + reply, len(prompt) + index
-        if at <= 0:  # nothing predicts the first token: look at its own pass
-            return Target(tuple(seq), 0, None, "the first token's pass")
-        piece = token_display(_piece_at(panel, at, len(prompt)))
-        return Target(tuple(seq), at - 1, seq[at], f"how the model came to write {piece!r}")
+        return panel.strip.cursor, panel.show_prompt
 
     def action_capture(self, only_if_new: bool = False) -> None:
         target = self.target()
@@ -176,7 +187,7 @@ class InsidePanel(VerticalScroll, can_focus=True):
 
     def action_layer(self, step: int) -> None:
         if self.inspection is not None:
-            self.layer = (self.layer + step) % (self.inspection.n_layers + 1)
+            self.attention_layer = (self.attention_layer + step) % (self.inspection.n_layers + 1)
 
     def action_head(self) -> None:
         """Mean over heads -> head 0 -> ... -> head N-1 -> the mean again."""
@@ -200,7 +211,7 @@ class InsidePanel(VerticalScroll, can_focus=True):
     def watch_inspection(self) -> None:
         self._draw()
 
-    def watch_layer(self) -> None:
+    def watch_attention_layer(self) -> None:
         self._draw()
 
     def watch_head(self) -> None:
@@ -229,9 +240,9 @@ class InsidePanel(VerticalScroll, can_focus=True):
                 out.append(f"#{lens.chosen_rank:<5} {tops}\n" if lens.top else "\n", muted)
         else:
             out.append(found.lens_note + "\n", muted)
-        where = "all layers" if self.layer == 0 else f"layer {self.layer}"
+        where = "all layers" if self.attention_layer == 0 else f"layer {self.attention_layer}"
         head = self.head if 0 <= self.head < found.n_head else None
-        mean = np.nan_to_num(found.mean_attention(self.layer or None, head))
+        mean = np.nan_to_num(found.mean_attention(self.attention_layer or None, head))
         out.append(f"\nAttention ({where}, {self.head_label(found)}; [ ] h)\n", muted)
         top = float(mean.max()) or 1.0
         base = self.app.current_theme.background if hasattr(self.app, "current_theme") else None
@@ -239,8 +250,8 @@ class InsidePanel(VerticalScroll, can_focus=True):
             out.append(token_display(piece), _shade(heat, float(w) / top, base))
         out.append("\n")
         for pos in np.argsort(-mean)[:5]:
-            piece = token_display(found.pieces[pos])
-            out.append(f"  {pos:>5} {piece!r:<20} {mean[pos]:.3f}\n")
+            shown = token_display(found.pieces[pos])
+            out.append(f"  {pos:>5} {shown!r:<20} {mean[pos]:.3f}\n")
         if len(mean) > 1 and mean[0] >= SINK_SHARE:
             out.append(
                 f"  The first token takes {mean[0]:.0%}: an attention sink, where heads with "
@@ -254,11 +265,6 @@ class InsidePanel(VerticalScroll, can_focus=True):
             out.append(f"note: {note}\n", muted)
         out.append("\n" + HELP, muted)
         return out
-
-
-def _piece_at(panel, at: int, n_prompt: int) -> bytes:
-    tokens = panel.prompt if at < n_prompt else panel.reply
-    return tokens[at if at < n_prompt else at - n_prompt].piece
 
 
 def _bar(p: float, width: int) -> str:

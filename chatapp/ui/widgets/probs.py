@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
 from textual.message import Message
-from textual.reactive import reactive
+from textual.reactive import reactive, var
 from textual.widget import Widget
 
+from chatapp.chat.session import LiveReply
 from chatapp.engine.protocol import Candidate
 from chatapp.sampling import BY_NAME, SamplerSettings
 from chatapp.textsafe import token_display
@@ -70,7 +72,7 @@ class ProbPanel(Widget, can_focus=True):
         def control(self) -> ProbPanel:
             return self.panel
 
-    candidates: reactive[tuple[Candidate, ...]] = reactive(())
+    candidates: reactive[Sequence[Candidate]] = reactive(())
     """Candidates of the step shown, best first."""
     chosen: reactive[int | None] = reactive(None)
     """Id of the token that was picked at that step."""
@@ -80,6 +82,8 @@ class ProbPanel(Widget, can_focus=True):
     """The sampler settings the step was sampled with."""
     cursor: reactive[int | None] = reactive(None)
     """Index of the candidate under the cursor (None: no cursor)."""
+    reply: var[LiveReply | None] = var(None, always_update=True)
+    """The reply shown: while no step is picked (`step` None), its latest step is drawn."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -89,6 +93,14 @@ class ProbPanel(Widget, can_focus=True):
         if value is None or not self.candidates:
             return None
         return max(0, min(len(self.candidates) - 1, value))
+
+    def watch_reply(self, live: LiveReply | None) -> None:
+        if live is None:
+            self.chosen, self.candidates = None, ()
+        elif self.step is None and live.tokens:
+            last = live.tokens[-1]
+            self.settings = live.settings_at(len(live.tokens) - 1, self.settings)
+            self.chosen, self.candidates = last.id, last.candidates
 
     def watch_candidates(self) -> None:
         self.cursor = self.cursor  # (kept on the same row, within the new candidates)

@@ -10,11 +10,12 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.reactive import reactive
+from textual.reactive import reactive, var
 from textual.widgets import Sparkline, Static
 
+from chatapp.chat.session import LiveReply
 from chatapp.engine.protocol import ModelInfo, gpu_layer_total
-from chatapp.stats_text import decode_text, ms_text, prefill_text
+from chatapp.stats_text import decode_text, ms_text, prefill_text, threads_text
 from chatapp.ui.literal import literal
 
 SPARK_POINTS = 60  # the sparkline shows the speed of the last this many tokens
@@ -40,6 +41,43 @@ class LiveStats:
 
     def but(self, **changes) -> LiveStats:
         return replace(self, **changes)
+
+
+def reply_stats(live: LiveReply, base: LiveStats) -> LiveStats:
+    """The Speed panel's figures of a reply, streaming or over (the one place they are
+    computed), on top of `base` (the model's: its state, its context size)."""
+    figures: dict = dict(
+        state="generating",
+        stop_reason="",
+        ttft_s=live.ttft_s,
+        first_paint_s=live.first_paint_s,
+        decode_tps=live.decode_tps,
+        tokens=len(live.tokens),
+        drafted=live.drafted,
+    )
+    prompt = live.prompt
+    if prompt is not None:
+        figures.update(
+            prefill_tps=(prompt.n_new / prompt.prefill_s) if prompt.prefill_s > 0 else None,
+            prompt_new=prompt.n_new,
+            prompt_reused=prompt.n_reused,
+            n_past=len(prompt.tokens) + len(live.tokens),
+        )
+    ended = live.finished
+    if ended is not None:
+        st = ended.stats
+        figures.update(
+            state="ready",
+            stop_reason=str(ended.reason),
+            ttft_s=st.ttft_s,
+            decode_tps=st.decode_tps or live.decode_tps,
+            n_past=st.n_past,
+            n_ctx=st.n_ctx or base.n_ctx,
+            threads=threads_text(st),
+        )
+    elif live.error:
+        figures.update(state="error", stop_reason="error")
+    return base.but(**figures)
 
 
 MISSING = "–"  # a cell of the panel with nothing measured yet
@@ -106,6 +144,8 @@ class StatsPanel(Vertical):
     """Per-token decode speed (t/s) of the last SPARK_POINTS tokens, for the sparkline."""
     notes: reactive[str] = reactive("")
     """Lines under the sparkline: why the last reply took its time, what drafting did."""
+    reply: var[LiveReply | None] = var(None, always_update=True)
+    """The reply whose figures are shown (`stats` and `speeds` follow it)."""
 
     def compose(self) -> ComposeResult:
         yield Static(id="stats-table")
@@ -129,6 +169,11 @@ class StatsPanel(Vertical):
     def watch_notes(self, notes: str) -> None:
         if self.is_mounted:
             self.query_one("#stats-notes", Static).update(literal(notes))
+
+    def watch_reply(self, live: LiveReply | None) -> None:
+        if live is not None:
+            self.speeds = tuple(live.speeds[-SPARK_POINTS:])  # not the whole reply
+            self.stats = reply_stats(live, self.stats)
 
     def watch_stats(self) -> None:
         self._redraw()

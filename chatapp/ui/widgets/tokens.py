@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 from rich.color import Color, blend_rgb
 from rich.style import Style
@@ -13,24 +13,36 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
-from textual.reactive import reactive
+from textual.reactive import reactive, var
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
+from chatapp.chat.session import LiveReply
+from chatapp.engine.protocol import PromptEvaluated, Token, TokenPiece
 from chatapp.textsafe import escape_bytes, token_display
 from chatapp.ui.literal import literal
 
+Drawn = Token | TokenPiece
+"""A token as a strip draws it: the reply's (the session's LiveReply holds them), or one of the
+templated prompt or of a typed text (its id, bytes, and whether it is special)."""
 
-@dataclass(frozen=True)
-class ShownToken:
-    """A token as the panel shows it."""
 
-    id: int
-    piece: bytes
-    logprob: float | None = None
-    special: bool = False
-    drafted: bool = False  # came from an accepted draft (speculative decoding)
-    rejected: tuple[bytes, ...] = ()  # drafts turned down at this position
+def is_special(tok: Drawn) -> bool:
+    return isinstance(tok, TokenPiece) and tok.special
+
+
+def logprob_of(tok: Drawn) -> float | None:
+    return tok.logprob if isinstance(tok, Token) else None
+
+
+def drafted(tok: Drawn) -> bool:
+    """The token came from an accepted draft (speculative decoding)."""
+    return isinstance(tok, Token) and tok.drafted
+
+
+def rejected(tok: Drawn) -> tuple[bytes, ...]:
+    """The drafts turned down at this token's position."""
+    return tok.rejected if isinstance(tok, Token) else ()
 
 
 class TokenStrip(Widget, can_focus=True):
@@ -76,7 +88,7 @@ class TokenStrip(Widget, can_focus=True):
         Binding("d", "toggle_rejected", "Rejected drafts", show=False, id="tokens.rejected"),
     ]
 
-    tokens: reactive[tuple[ShownToken, ...]] = reactive((), layout=True)
+    tokens: reactive[tuple[Drawn, ...]] = reactive((), layout=True)
     """The tokens to draw."""
     show_ids: reactive[bool] = reactive(False, layout=True)
     """Draw each token's id after it."""
@@ -107,7 +119,7 @@ class TokenStrip(Widget, can_focus=True):
         super().__init__(id=id)
         self._spans: list[tuple[int, int]] = []
 
-    def append(self, new: list[ShownToken]) -> None:
+    def append(self, new: Sequence[Drawn]) -> None:
         self.tokens = self.tokens + tuple(new)
 
     def render(self) -> Text:
@@ -116,17 +128,18 @@ class TokenStrip(Widget, can_focus=True):
         cursor = self.get_component_rich_style("tokenstrip--cursor")
         id_style = self.get_component_rich_style("tokenstrip--id")
         draft = self.get_component_rich_style("tokenstrip--draft")
-        rejected = self.get_component_rich_style("tokenstrip--rejected")
+        cut = self.get_component_rich_style("tokenstrip--rejected")
         text = Text(no_wrap=False, overflow="fold")
         self._spans = []
         for i, tok in enumerate(self.tokens):
             start = len(text)
-            style = cursor if i == self.cursor else special if tok.special else styles[i % 2]
-            if self.surprise and tok.logprob is not None and i != self.cursor:
-                style = self.surprise_style(tok.logprob)
+            style = cursor if i == self.cursor else special if is_special(tok) else styles[i % 2]
+            logprob = logprob_of(tok)
+            if self.surprise and logprob is not None and i != self.cursor:
+                style = self.surprise_style(logprob)
             if i < len(self.concept) and not math.isnan(self.concept[i]) and i != self.cursor:
                 style = self.concept_style(style, self.concept[i])
-            if tok.drafted and i != self.cursor:
+            if drafted(tok) and i != self.cursor:
                 style = style + draft
             if i in self.marks:
                 text.append("▸", self.get_component_rich_style("tokenstrip--steer-mark"))
@@ -136,8 +149,9 @@ class TokenStrip(Widget, can_focus=True):
                 text.append(f"{tok.id}", id_style)
                 text.append(" ")
             self._spans.append((start, len(text)))
-            if self.show_rejected and tok.rejected:
-                text.append("⟨" + "".join(token_display(p) for p in tok.rejected) + "⟩", rejected)
+            turned_down = rejected(tok)
+            if self.show_rejected and turned_down:
+                text.append("⟨" + "".join(token_display(p) for p in turned_down) + "⟩", cut)
         if not self.tokens:
             text.append("(no tokens yet)", id_style)
         return text
@@ -208,28 +222,31 @@ def surprise_bits(logprob: float) -> float:
     return max(-logprob / math.log(2), 0.0)
 
 
-def perplexity(tokens: list[ShownToken]) -> tuple[float, int] | None:
+def perplexity(tokens: Sequence[Token]) -> tuple[float, int] | None:
     """exp of the mean negative log-probability over the tokens that carry one, and how many."""
     lps = [t.logprob for t in tokens if t.logprob is not None]
     return (math.exp(-sum(lps) / len(lps)), len(lps)) if lps else None
 
 
-def describe(tok: ShownToken, index: int) -> str:
+def describe(tok: Drawn, index: int) -> str:
     """One line about a token: index, id, exact bytes, probability."""
     parts = [f"#{index}", f"id {tok.id}", f"bytes {escape_bytes(tok.piece)!s}"]
-    if tok.logprob is not None:
-        p, bits = math.exp(tok.logprob), surprise_bits(tok.logprob)
-        parts.append(f"logprob {tok.logprob:.3f} (p {p:.3f}, surprise {bits:.1f} bits)")
-    if tok.drafted:
+    logprob = logprob_of(tok)
+    if logprob is not None:
+        p, bits = math.exp(logprob), surprise_bits(logprob)
+        parts.append(f"logprob {logprob:.3f} (p {p:.3f}, surprise {bits:.1f} bits)")
+    if drafted(tok):
         parts.append("from an accepted draft")
-    if tok.rejected:
-        shown = "".join(token_display(p) for p in tok.rejected)
+    if rejected(tok):
+        shown = "".join(token_display(p) for p in rejected(tok))
         parts.append(f"draft turned down: {shown!r}")
     return "  ".join(parts)
 
 
 class TokenPanel(Vertical):
-    """The reply's (or, toggled, the whole templated prompt's) tokens, and a tokenizer box."""
+    """The reply's (or, toggled, the whole templated prompt's) tokens, and a tokenizer box.
+    The reply comes through `reply` and is drawn in its watcher: its new tokens are added to
+    the strip, a reply other than the one drawn replaces it (and its prompt, when it has one)."""
 
     DEFAULT_CSS = """
     TokenPanel { height: 1fr; }
@@ -247,12 +264,21 @@ class TokenPanel(Vertical):
     surprise: reactive[bool] = reactive(False)
     """Colour the reply's tokens by the probability the model gave each, with its perplexity."""
 
+    reply: var[LiveReply | None] = var(None, always_update=True)
+    """The reply shown (its tokens grow as it streams)."""
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.reply: list[ShownToken] = []
-        self.prompt: list[ShownToken] = []
+        self.prompt: list[TokenPiece] = []  # of the latest reply that had one
+        self._prompt_of: PromptEvaluated | None = None
+        self._drawn: LiveReply | None = None  # the reply in the strip, and how many of its tokens
+        self._drawn_n = 0
         self.steer_marks: frozenset[int] = frozenset()  # the reply's (TokenStrip.marks)
         self.concept: tuple[float, ...] = ()  # the reply's concept meter (TokenStrip.concept)
+
+    @property
+    def reply_tokens(self) -> list[Token]:
+        return self.reply.tokens if self.reply is not None else []
 
     def compose(self) -> ComposeResult:
         yield Static("Reply tokens", classes="title", id="token-title")
@@ -267,20 +293,6 @@ class TokenPanel(Vertical):
     def strip(self) -> TokenStrip:
         return self.query_one("#reply-tokens", TokenStrip)
 
-    def set_prompt(self, tokens: list[ShownToken]) -> None:
-        self.prompt = tokens
-        if self.show_prompt:
-            self.strip.tokens = tuple(self.prompt)
-
-    def reset_reply(self, tokens: list[ShownToken] | None = None) -> None:
-        self.reply = list(tokens or [])
-        if not self.show_prompt:
-            self.strip.cursor = None
-            self.strip.tokens = tuple(self.reply)
-        self.mark_steering(None)
-        self.show_concept(())
-        self._legend()
-
     def mark_steering(self, index: int | None) -> None:
         """Mark the reply's token `index` as the first with new steering (None: clear all)."""
         self.steer_marks = self.steer_marks | {index} if index is not None else frozenset()
@@ -291,12 +303,31 @@ class TokenPanel(Vertical):
         self.concept = values
         self.strip.concept = () if self.show_prompt else values
 
-    def add_reply(self, tokens: list[ShownToken]) -> None:
-        self.reply.extend(tokens)
-        if not self.show_prompt:
-            self.strip.append(tokens)
-        if self.surprise:
+    def watch_reply(self, live: LiveReply | None) -> None:
+        if not self.is_mounted:
+            return
+        if live is not None and live.prompt is not None and live.prompt is not self._prompt_of:
+            self._prompt_of = live.prompt
+            self.prompt = list(live.prompt.tokens)
+            if self.show_prompt:
+                self.strip.tokens = tuple(self.prompt)
+        tokens = live.tokens if live is not None else []
+        if live is not self._drawn:
+            self._drawn = live
+            if not self.show_prompt:
+                self.strip.cursor = None
+                self.strip.tokens = tuple(tokens)
+            changes = live.steering_changes if live is not None else []
+            self.steer_marks = frozenset(i for i, _ in changes)  # (a branch looked at keeps its)
+            self.strip.marks = frozenset() if self.show_prompt else self.steer_marks
+            self.show_concept(())
             self._legend()
+        elif len(tokens) > self._drawn_n:
+            if not self.show_prompt:
+                self.strip.append(tokens[self._drawn_n :])
+            if self.surprise:
+                self._legend()
+        self._drawn_n = len(tokens)
 
     def watch_surprise(self, value: bool) -> None:
         if not self.is_mounted:
@@ -320,7 +351,7 @@ class TokenPanel(Vertical):
         ):
             text.append(f" {label} ", strip.surprise_style(math.log(p)))
             text.append(" ")
-        found = perplexity(self.reply)
+        found = perplexity(self.reply_tokens)
         if found is None:
             text.append(" no probabilities for this reply", "dim")
         else:
@@ -337,7 +368,7 @@ class TokenPanel(Vertical):
             "Templated prompt (specials highlighted)" if value else "Reply tokens"
         )
         self.strip.cursor = None
-        self.strip.tokens = tuple(self.prompt if value else self.reply)
+        self.strip.tokens = tuple(self.prompt if value else self.reply_tokens)
         self.strip.marks = frozenset() if value else self.steer_marks
         self.show_concept(self.concept)
         self._legend()
@@ -356,7 +387,7 @@ class TokenPanel(Vertical):
                 literal(f"{where} {describe(strip.tokens[message.index], message.index)}")
             )
 
-    def show_typed(self, tokens: list[ShownToken]) -> None:
+    def show_typed(self, tokens: Sequence[TokenPiece]) -> None:
         self.query_one("#typed-tokens", TokenStrip).tokens = tuple(tokens)
         n_chars = len(self.query_one("#tokenizer-input", Input).value)
         self.query_one("#tokenizer-count", Static).update(
