@@ -68,7 +68,7 @@ class InsidePanel(VerticalScroll, can_focus=True):
 
     inspection: reactive[Inspection | None] = reactive(None)
     """The capture drawn (None: none yet)."""
-    layer: reactive[int] = reactive(0)
+    attention_layer: reactive[int] = reactive(0)
     """The attention layer shaded: 0 = the mean over all layers."""
     head: reactive[int] = reactive(-1)
     """The query head shaded: -1 = the mean over all heads."""
@@ -176,7 +176,7 @@ class InsidePanel(VerticalScroll, can_focus=True):
 
     def action_layer(self, step: int) -> None:
         if self.inspection is not None:
-            self.layer = (self.layer + step) % (self.inspection.n_layers + 1)
+            self.attention_layer = (self.attention_layer + step) % (self.inspection.n_layers + 1)
 
     def action_head(self) -> None:
         """Mean over heads -> head 0 -> ... -> head N-1 -> the mean again."""
@@ -200,7 +200,7 @@ class InsidePanel(VerticalScroll, can_focus=True):
     def watch_inspection(self) -> None:
         self._draw()
 
-    def watch_layer(self) -> None:
+    def watch_attention_layer(self) -> None:
         self._draw()
 
     def watch_head(self) -> None:
@@ -229,9 +229,9 @@ class InsidePanel(VerticalScroll, can_focus=True):
                 out.append(f"#{lens.chosen_rank:<5} {tops}\n" if lens.top else "\n", muted)
         else:
             out.append(found.lens_note + "\n", muted)
-        where = "all layers" if self.layer == 0 else f"layer {self.layer}"
+        where = "all layers" if self.attention_layer == 0 else f"layer {self.attention_layer}"
         head = self.head if 0 <= self.head < found.n_head else None
-        mean = np.nan_to_num(found.mean_attention(self.layer or None, head))
+        mean = np.nan_to_num(found.mean_attention(self.attention_layer or None, head))
         out.append(f"\nAttention ({where}, {self.head_label(found)}; [ ] h)\n", muted)
         top = float(mean.max()) or 1.0
         base = self.app.current_theme.background if hasattr(self.app, "current_theme") else None
