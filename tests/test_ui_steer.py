@@ -209,11 +209,14 @@ async def test_a_vector_made_in_the_panel_is_kept_listed_and_steers(fresh_dirs, 
         engine.residuals = held
         await _fill(pilot, panel, "cheer", HAPPY, SAD)
         await wait_until(pilot, reading.is_set)
-        assert "Making 'cheer': reading its 6 examples" in _status(panel)
+        assert "making 'cheer': reading its 6 examples" in _status(panel)
         await type_text(pilot, app, "hi")  # the UI answers keys while the vector is made
         assert app.query_one("#prompt").text == "hi" and panel.working
+        button = panel.query_one("#steer-make", Button)
+        assert str(button.label) == "Making…" and button.disabled  # seen beside the boxes
         gate.set()
         await wait_until(pilot, lambda: "'cheer' is in use" in _status(panel), timeout=60)
+        assert str(button.label) == "Make and add" and not button.disabled
         del engine.residuals
         app.query_one("#prompt").text = ""
 
@@ -228,6 +231,7 @@ async def test_a_vector_made_in_the_panel_is_kept_listed_and_steers(fresh_dirs, 
         panel.query_one("#steer-strength-0", Slider).focus()
         await pilot.press("shift+right", "shift+right")
         assert pane(app).session.steering.vectors[0].strength == pytest.approx(4.0)
+        assert _status(panel).startswith("cheer +4.00 · ")  # the name as typed, never Cheer
         await pilot.press("ctrl+r")
         await wait_until(pilot, lambda: pane(app).reply is not None)
         steered = await _reply_ids(pilot, app)

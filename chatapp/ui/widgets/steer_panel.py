@@ -46,8 +46,8 @@ def steerable(engine: Engine | None) -> bool:
 
 
 def sentence(text: str) -> str:
-    """A message as a sentence: a capital first letter, and a full stop unless it ends in
-    punctuation already."""
+    """An error as a sentence: a capital first letter (a name in it is quoted, never first
+    bare), and a full stop unless it ends in punctuation already."""
     text = text.strip()
     return text[:1].upper() + text[1:] + ("" if text[-1:] in ".…:!?" else ".")
 
@@ -177,7 +177,7 @@ class SteerPanel(VerticalScroll):
         self.query_one("#steer-make-box").display = steerable(engine)
         if not steerable(engine):
             self.vectors = []
-            self.say(REMOTE_NOTE)
+            self.say(REMOTE_NOTE[0].upper() + REMOTE_NOTE[1:] + ".")
         else:
             self.say("Pick a vector, Add, then move its slider (← →; shift: bigger steps).")
         self.call_later(self.rebuild)
@@ -238,7 +238,7 @@ class SteerPanel(VerticalScroll):
 
     def say(self, text: str, error: bool = False) -> None:
         line = self.query_one("#steer-status", Static)
-        line.update(literal(sentence(text)))
+        line.update(literal(sentence(text) if error else text))
         line.set_class(error, "-error")
 
     # ---- the vectors in use -----------------------------------------------------------------
@@ -285,7 +285,7 @@ class SteerPanel(VerticalScroll):
         self.post_message(self.Added(steering.vectors[0], "; ".join(notes)))
 
     async def on_steer_panel_added(self, message: Added) -> None:
-        self.working = False
+        self._show_making(False)
         if message.vector is None:
             self.say(message.note, error=True)
             return
@@ -370,8 +370,16 @@ class SteerPanel(VerticalScroll):
             return
         n = len(pair.positive) + len(pair.negative)
         self.say(f"making {name!r}: reading its {n} examples through the model…")
-        self.working = True
+        self._show_making(True)
         self._make(engine, pair, target)
+
+    def _show_making(self, making: bool) -> None:
+        """The make button says a vector is being made (the status line may be scrolled out of
+        sight above the box) and takes no second press meanwhile."""
+        self.working = making
+        button = self.query_one("#steer-make", Button)
+        button.label = "Making…" if making else "Make and add"
+        button.disabled = making
 
     def _box(self, side: str) -> tuple[str, ...]:
         text = self.query_one(f"#steer-{side}", TextArea).text
