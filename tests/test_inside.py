@@ -276,6 +276,7 @@ async def test_the_inside_tab_captures_the_selected_token_in_a_worker():
         panel.focus()
         await pilot.press("]")
         assert panel.attention_layer == 1
+        assert panel.layer == "default"  # Textual's own layer, where it is drawn
         app.query_one(TabbedContent).active = "tab-tokens"
         app.chat_screen.token_panel.strip.cursor = 2
         app.query_one(TabbedContent).active = "tab-inside"

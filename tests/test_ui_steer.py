@@ -5,14 +5,16 @@ another width, and a snapshot of the panel."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import SIZE, Host, pane, send, wait_until
+from helpers import SIZE, Host, pane, screen_text, send, type_text, wait_until
 from test_remote_stub import StubServer
+from textual import events
 from textual.app import ComposeResult
 from textual.screen import Screen
-from textual.widgets import Select, TabbedContent
+from textual.widgets import Button, Collapsible, Input, Select, TabbedContent, TextArea
 
 from chatapp.engine import control_vector, steer_library
 from chatapp.engine.local.engine import LocalEngine
@@ -90,7 +92,9 @@ async def test_a_slider_moved_mid_reply_bends_the_reply_from_the_next_token(fres
         await pilot.press("m")
         await wait_until(pilot, lambda: len(strip.concept) == len(steered), timeout=60)
         assert sum(not np.isnan(v) for v in strip.concept) > len(steered) // 2
-        assert max(v for v in strip.concept if not np.isnan(v)) == pytest.approx(1.0)
+        # The farthest token from the median is at 1 or -1 (which side: where the slider
+        # landed mid-reply, so the steered text itself, varies from run to run).
+        assert max(abs(v) for v in strip.concept if not np.isnan(v)) == pytest.approx(1.0)
         strip.cursor = first + 2
         await pilot.pause()
         curve = str(app.query_one(InsidePanel).query_one("#inside-concept").render())
@@ -158,3 +162,152 @@ def test_the_steer_tab_follows_alt_v_and_lists_the_built_in_pairs(fresh_dirs, mo
     labels = [str(label) for label, _ in SteerPanel.choices(panel, model_path)]
     assert labels == [f"{n} (built-in: made on first use)" for n in ("formal", "french", "happy")]
     assert TabbedContent  # (the tab itself is driven in the tests above)
+
+
+# ---- a vector made from the two boxes -------------------------------------------------------
+
+HAPPY = "I am so happy today!\nWhat a wonderful, joyful morning.\nLife is great and I love it."
+SAD = "I am so sad today.\nWhat a gloomy, miserable morning.\nLife is hard and I hate it."
+
+
+async def _open_make_box(pilot, app: ChatApp) -> SteerPanel:
+    """The Steer tab with its make box open, once the model is loaded."""
+    await wait_until(pilot, lambda: app.slot.engine is not None, timeout=60)
+    await pilot.press("alt+v")
+    panel = app.query_one(SteerPanel)
+    await wait_until(pilot, lambda: bool(panel.query("#steer-choice")))
+    panel.query_one("#steer-make-box", Collapsible).collapsed = False
+    await pilot.pause()
+    return panel
+
+
+async def _fill(pilot, panel: SteerPanel, name: str, positive: str, negative: str) -> None:
+    """Type the name key by key, put the examples in the boxes and press the make button."""
+    panel.query_one("#steer-name", Input).focus()
+    await pilot.press(*name)
+    panel.query_one("#steer-positive", TextArea).text = positive
+    panel.query_one("#steer-negative", TextArea).text = negative
+    await pilot.pause()
+    panel.query_one("#steer-make", Button).press()
+    await pilot.pause()
+
+
+@pytest.mark.slow
+async def test_a_vector_made_in_the_panel_is_kept_listed_and_steers(fresh_dirs, model_path):
+    app = _app(model_path, replace(GREEDY, max_tokens=48))
+    async with app.run_test(size=SIZE) as pilot:
+        panel = await _open_make_box(pilot, app)
+        engine = app.slot.engine
+        gate, reading = threading.Event(), threading.Event()
+        real = engine.residuals
+
+        def held(texts, at="mean"):  # the real reading, held until the test has typed
+            reading.set()
+            assert gate.wait(60), "the test never let the reading go on"
+            return real(texts, at)
+
+        engine.residuals = held
+        await _fill(pilot, panel, "cheer", HAPPY, SAD)
+        await wait_until(pilot, reading.is_set)
+        assert "making 'cheer': reading its 6 examples" in _status(panel)
+        await type_text(pilot, app, "hi")  # the UI answers keys while the vector is made
+        assert app.query_one("#prompt").text == "hi" and panel.working
+        button = panel.query_one("#steer-make", Button)
+        assert str(button.label) == "Making…" and button.disabled  # seen beside the boxes
+        gate.set()
+        await wait_until(pilot, lambda: "'cheer' is in use" in _status(panel), timeout=60)
+        assert str(button.label) == "Make and add" and not button.disabled
+        del engine.residuals
+        app.query_one("#prompt").text = ""
+
+        kept = {v.name: v for v in steer_library.saved(model_path)}  # as `steer list` finds it
+        assert kept["cheer"].path == steer_library.vector_path(model_path, "cheer")
+        assert kept["cheer"].n_embd == 576 and kept["cheer"].path.is_file()
+        assert panel.vectors[0].name == "cheer" and panel.query("#steer-strength-0")
+        panel.query_one("#steer-choice", Select).value = "cheer"  # listed (else it raises)
+
+        await send(pilot, app, PROMPT)
+        plain = await _reply_ids(pilot, app)
+        panel.query_one("#steer-strength-0", Slider).focus()
+        await pilot.press("shift+right", "shift+right")
+        assert pane(app).session.steering.vectors[0].strength == pytest.approx(4.0)
+        assert _status(panel).startswith("cheer +4.00 · ")  # the name as typed, never Cheer
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: pane(app).reply is not None)
+        steered = await _reply_ids(pilot, app)
+        assert steered != plain
+
+
+def _kept(model_path: str) -> dict[str, bytes]:
+    """Every file in the model's vector folder and its bytes."""
+    folder = steer_library.model_folder(model_path)
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())} if folder.is_dir() else {}
+
+
+def _one_error_sentence(panel: SteerPanel) -> str:
+    text = _status(panel)
+    assert panel.query_one("#steer-status").has_class("-error") and not panel.working
+    assert "\n" not in text and "Traceback" not in text and text.endswith(".")
+    return text
+
+
+async def test_bad_input_in_the_make_box_is_one_sentence_and_overwrites_nothing(
+    fresh_dirs, model_path
+):
+    taken = control_vector.ControlVector({n: np.ones(576, np.float32) for n in range(1, 30)}, "")
+    control_vector.write(steer_library.vector_path(model_path, "taken"), taken)
+    before = _kept(model_path)
+    app = _app(model_path)
+    async with app.run_test(size=SIZE) as pilot:
+        panel = await _open_make_box(pilot, app)
+        cases = [
+            ("", HAPPY, SAD, "Type a name for the vector first"),
+            ("a/b", HAPPY, SAD, "'a/b' cannot name a vector: use letters, digits"),
+            ("..", HAPPY, SAD, "'..' cannot name a vector"),
+            ("../x", HAPPY, SAD, "'../x' cannot name a vector"),
+            ("[bold]", HAPPY, SAD, "'[bold]' cannot name a vector"),
+            ("taken", HAPPY, SAD, "A vector named 'taken' exists already: pick another name."),
+            ("happy", HAPPY, SAD, "A vector named 'happy' exists already"),  # a built-in pair
+            ("fresh", "", SAD, "The positive box has no texts: write one example a line."),
+            ("fresh", HAPPY, " \n\n ", "The negative box has no texts"),
+        ]
+        for name, positive, negative, said in cases:
+            panel.query_one("#steer-name", Input).value = ""
+            await _fill(pilot, panel, name, positive, negative)
+            assert said in _one_error_sentence(panel), name
+            assert _kept(model_path) == before and not panel.vectors
+
+        # A name of control characters, pasted: shown as symbols, refused in one sentence.
+        box = panel.query_one("#steer-name", Input)
+        box.value = ""
+        box.focus()
+        box.post_message(events.Paste("\x1b[31mred\x1b]0;title\x07"))
+        await pilot.pause()
+        assert box.value == "␛[31mred␛]0;title␇"
+        panel.query_one("#steer-make", Button).press()
+        await pilot.pause()
+        assert "'␛[31mred␛]0;title␇' cannot name a vector" in _one_error_sentence(panel)
+        assert "\x1b" not in screen_text(app)
+        assert _kept(model_path) == before
+
+
+@pytest.mark.slow
+async def test_markup_and_escape_codes_pasted_in_the_boxes_show_as_text(fresh_dirs, model_path):
+    hostile = "[bold red]I am[/] so \x1b[31mhappy\x1b[0m today \x1b]0;pwned\x07 friends"
+    app = _app(model_path)
+    async with app.run_test(size=SIZE) as pilot:
+        panel = await _open_make_box(pilot, app)
+        for side, text in (("positive", hostile), ("negative", SAD)):
+            box = panel.query_one(f"#steer-{side}", TextArea)
+            box.focus()
+            box.post_message(events.Paste(text))
+        await pilot.pause()
+        shown = screen_text(app)
+        assert "\x1b" not in shown and "\x07" not in shown
+        shown_as = "[bold red]I am[/] so ␛[31mhappy␛[0m today ␛]0;pwned␇ friends"
+        assert panel.query_one("#steer-positive", TextArea).text == shown_as
+        assert "[bold red]I am[/] so ␛[31mhappy␛[0m" in shown and "␛]0;pwned␇" in shown
+        panel.query_one("#steer-name", Input).value = "pasted"
+        panel.query_one("#steer-make", Button).press()
+        await wait_until(pilot, lambda: "'pasted' is in use" in _status(panel), timeout=60)
+        assert [v.name for v in steer_library.saved(model_path)] == ["pasted"]

@@ -8,12 +8,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import Button, Collapsible, Input, Select, Static, TextArea
 
 from chatapp.chat.session import ChatSession
@@ -21,6 +22,7 @@ from chatapp.engine import control_vector, steer_library
 from chatapp.engine.protocol import Engine, EngineError, ModelInfo, SteeringApplied
 from chatapp.engine.steering import REMOTE_NOTE, Meter, Steering, SteeringError, SteerVector
 from chatapp.sampling import Bound, Sampler
+from chatapp.textsafe import for_terminal, printable
 from chatapp.ui.literal import literal
 from chatapp.ui.widgets import steer_meter
 from chatapp.ui.widgets.inside import InsidePanel
@@ -41,6 +43,32 @@ def steerable(engine: Engine | None) -> bool:
     """Whether this engine can make, apply and meter vectors: a local model (a server's
     layers are not ours to add to)."""
     return engine is not None and callable(getattr(engine, "residuals", None))
+
+
+def sentence(text: str) -> str:
+    """An error as a sentence: a capital first letter (a name in it is quoted, never first
+    bare), and a full stop unless it ends in punctuation already."""
+    text = text.strip()
+    return text[:1].upper() + text[1:] + ("" if text[-1:] in ".…:!?" else ".")
+
+
+class NameBox(Input):
+    """The new vector's name: pasted control characters become visible symbols."""
+
+    def _on_paste(self, event: events.Paste) -> None:
+        event.stop()
+        event.prevent_default()  # Input's own would insert them raw
+        super()._on_paste(events.Paste(printable(event.text)))
+
+
+class ExamplesBox(TextArea):
+    """One example a line: pasted control characters become visible symbols (as in the
+    prompt), so an escape sequence shows as text and never reaches the terminal."""
+
+    async def _on_paste(self, event: events.Paste) -> None:
+        event.stop()
+        event.prevent_default()  # TextArea's own would insert them raw
+        await super()._on_paste(events.Paste(for_terminal(event.text)))
 
 
 def strength_row(name: str) -> Sampler:
@@ -115,11 +143,11 @@ class SteerPanel(VerticalScroll):
         yield Static(ABOUT, id="steer-about")
         yield Vertical(id="steer-controls")
         with Collapsible(title="Make a vector from examples", id="steer-make-box"):
-            yield Input(placeholder="name (letters, digits, _ - .)", id="steer-name")
+            yield NameBox(placeholder="name (letters, digits, _ - .)", id="steer-name")
             yield Static("More of the concept, one example a line:", classes="steer-title")
-            yield TextArea(id="steer-positive")
+            yield ExamplesBox(id="steer-positive")
             yield Static("Less of it (the opposite), one a line:", classes="steer-title")
-            yield TextArea(id="steer-negative")
+            yield ExamplesBox(id="steer-negative")
             yield Button("Make and add", id="steer-make", compact=True)
 
     def on_mount(self) -> None:
@@ -164,10 +192,10 @@ class SteerPanel(VerticalScroll):
             return
         await box.mount_all(self._controls(info))
 
-    def _controls(self, info: ModelInfo) -> list:
+    def _controls(self, info: ModelInfo) -> list[Widget]:
         top = max(info.n_layers, 1)
         start, end = self.layer_range[0] or 1, self.layer_range[1] or top
-        widgets = [
+        widgets: list[Widget] = [
             Horizontal(
                 Button("Add", id="steer-add", compact=True),
                 Select(
@@ -210,7 +238,7 @@ class SteerPanel(VerticalScroll):
 
     def say(self, text: str, error: bool = False) -> None:
         line = self.query_one("#steer-status", Static)
-        line.update(literal(text))
+        line.update(literal(sentence(text) if error else text))
         line.set_class(error, "-error")
 
     # ---- the vectors in use -----------------------------------------------------------------
@@ -257,7 +285,7 @@ class SteerPanel(VerticalScroll):
         self.post_message(self.Added(steering.vectors[0], "; ".join(notes)))
 
     async def on_steer_panel_added(self, message: Added) -> None:
-        self.working = False
+        self._show_making(False)
         if message.vector is None:
             self.say(message.note, error=True)
             return
@@ -327,6 +355,9 @@ class SteerPanel(VerticalScroll):
         if engine is None or info is None or self.working:
             self.say("Wait for the model (or the vector being made) first.", error=True)
             return
+        if not name:
+            self.say("Type a name for the vector first (letters, digits, _ - .).", error=True)
+            return
         try:
             steer_library.check_name(name)
             pair = steer_library.Pair(name, self._box("positive"), self._box("negative"))
@@ -339,8 +370,16 @@ class SteerPanel(VerticalScroll):
             return
         n = len(pair.positive) + len(pair.negative)
         self.say(f"making {name!r}: reading its {n} examples through the model…")
-        self.working = True
+        self._show_making(True)
         self._make(engine, pair, target)
+
+    def _show_making(self, making: bool) -> None:
+        """The make button says a vector is being made (the status line may be scrolled out of
+        sight above the box) and takes no second press meanwhile."""
+        self.working = making
+        button = self.query_one("#steer-make", Button)
+        button.label = "Making…" if making else "Make and add"
+        button.disabled = making
 
     def _box(self, side: str) -> tuple[str, ...]:
         text = self.query_one(f"#steer-{side}", TextArea).text
