@@ -7,14 +7,14 @@ import pickle
 import numpy as np
 import pytest
 
-from chatapp.engine.local.candidates import (
+from chatapp.engine.local.loop.candidates import (
     rank,
     ranked_size,
     step_facts,
     token_logprob,
     top_candidates,
 )
-from chatapp.engine.local.token_loop import RecentTokens
+from chatapp.engine.local.loop.token_loop import RecentTokens
 from chatapp.sampling import SamplerSettings
 
 N_VOCAB = 49152

@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 from test_subset_sampling import Collect
 
-from chatapp.engine.local import cpu_backend, loaded_model, token_loop
+from chatapp.engine.local.load import cpu_backend, loaded_model
+from chatapp.engine.local.loop import token_loop
 from chatapp.engine.protocol import GenerateRequest, Grammar, LoadOptions, Token
 from chatapp.sampling import SamplerSettings
 

@@ -301,7 +301,7 @@ def test_resolve_ollama(tmp_path):
 
 def test_ollama_blob_loads_in_llama_cpp(tmp_path):
     """Blobs have no .gguf suffix: llama.cpp loads them all the same."""
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.local.process.local_engine import LocalEngine
     from chatapp.engine.protocol import LoadOptions
 
     ollama_tree(tmp_path / "ollama")

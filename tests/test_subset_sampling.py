@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from chatapp.engine.local import cpu_backend, loaded_model, token_loop
+from chatapp.engine.local.load import cpu_backend, loaded_model
+from chatapp.engine.local.loop import token_loop
 from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions, Token
 from chatapp.sampling import SamplerSettings
 

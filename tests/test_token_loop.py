@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 
-from chatapp.engine.local import token_loop
+from chatapp.engine.local.loop import token_loop
 
 
 def test_the_loop_sees_a_message_only_when_one_is_waiting():

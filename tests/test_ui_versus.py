@@ -9,7 +9,7 @@ from helpers import wait_until
 from scripted_engine import ScriptedEngine
 
 from chatapp.chat.recorder import ChatHistory
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions, Token
 from chatapp.history.store import Store
 from chatapp.models import quantize

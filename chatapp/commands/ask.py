@@ -18,7 +18,6 @@ from chatapp.chat.attachments import (
 )
 from chatapp.chat.session import ChatSession
 from chatapp.engine.factory import make_engine
-from chatapp.engine.grammar import load_grammar
 from chatapp.engine.protocol import (
     Candidate,
     Engine,
@@ -29,6 +28,7 @@ from chatapp.engine.protocol import (
     Notice,
     Token,
 )
+from chatapp.engine.schema_grammar import load_grammar
 from chatapp.engine.steer_library import steering_for
 from chatapp.engine.steering import Steering
 from chatapp.errors import UsageError

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from chatapp import paths
-from chatapp.engine.local import huge_pages
-from chatapp.engine.local.cpu_load import OtherPrograms, disturbed
+from chatapp.cpu_load import OtherPrograms, disturbed
+from chatapp.engine.local.load import huge_pages
 from chatapp.engine.protocol import Finished, GenerateRequest, LoadOptions
 from chatapp.metrics import median
 from chatapp.sampling import SamplerSettings
@@ -70,8 +70,8 @@ _BARE = None
 
 def _lcp_init(options: LoadOptions, log_path: str) -> None:
     global _LLAMA
-    from chatapp.engine.local.llama_open import open_llama
-    from chatapp.engine.local.worker import redirect_output
+    from chatapp.engine.local.load.llama_open import open_llama
+    from chatapp.engine.local.process.worker import redirect_output
 
     redirect_output(log_path)
 
@@ -83,8 +83,8 @@ def _lcp_init(options: LoadOptions, log_path: str) -> None:
 
 def _bare_init(options: LoadOptions, log_path: str) -> None:
     global _BARE
-    from chatapp.engine.local.loaded_model import LoadedModel
-    from chatapp.engine.local.worker import redirect_output
+    from chatapp.engine.local.load.loaded_model import LoadedModel
+    from chatapp.engine.local.process.worker import redirect_output
 
     redirect_output(log_path)
 
@@ -146,7 +146,7 @@ def llama_bench_run(
 
     variant "fa0" / "fa1": flash attention off / on with the engine's threads and repack;
     "engine": as the engine runs, with its flash attention, its transparent huge pages
-    (engine/local/huge_pages.py: not a llama-bench flag, set for the process as the engine
+    (engine/local/load/huge_pages.py: not a llama-bench flag, set for the process as the engine
     sets them) and, `in_memory`, the weights read into memory (-lm none) as the engine read
     them; "default": llama-bench's own defaults (flash attention auto, its thread count,
     repack on), i.e. what llama.cpp does when nobody chooses."""

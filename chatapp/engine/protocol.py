@@ -14,7 +14,7 @@ from chatapp.metrics import GenerationStats
 from chatapp.sampling import SamplerSettings
 
 if TYPE_CHECKING:
-    from chatapp.engine.inside import Inspection, InspectRequest
+    from chatapp.engine.inspection import Inspection, InspectRequest
     from chatapp.engine.steering import Steering
 
 
@@ -83,7 +83,7 @@ class LoadOptions:
     """llama.cpp's extra CPU buffer types (AMX, CPU_REPACK weight repacking); None = on,
     unless they crashed on this machine and build (remembered) or the tune turned them off."""
     huge_pages: bool | None = None
-    """Transparent huge pages for the worker's large buffers (engine/local/huge_pages.py);
+    """Transparent huge pages for the worker's large buffers (engine/local/load/huge_pages.py);
     None = on where Linux offers them."""
     chat_template: str | None = None
     """A jinja chat template used instead of the file's own (None = the file's)."""
@@ -92,7 +92,7 @@ class LoadOptions:
     for speculative decoding (requests with draft="model")."""
     adapt_threads: bool = True
     """Follow the machine while decoding: fewer threads while another program takes a core,
-    back when it frees (engine/local/thread_governor.py). --threads N pins the count."""
+    back when it frees (engine/local/load/thread_governor.py). --threads N pins the count."""
 
     @property
     def threads(self) -> int:
@@ -138,7 +138,7 @@ def fills_the_cpu(info: ModelInfo, cores: int) -> bool:
 @dataclass(frozen=True)
 class Grammar:
     """A constraint the reply must follow: llama.cpp's GBNF text, written by hand (a .gbnf file)
-    or converted from a JSON schema (chatapp/engine/grammar.py)."""
+    or converted from a JSON schema (chatapp/engine/schema_grammar.py)."""
 
     gbnf: str
     source: str = ""  # what it was made from, said in the status line: "schema person.json"
@@ -326,7 +326,7 @@ class Engine(Protocol):
 
     def inspect(self, request: InspectRequest) -> Inspection:
         """Look inside the model at one token (logit lens, attention, embedding neighbours:
-        chatapp/engine/inside.py); raises EngineError with a sentence when it cannot
+        chatapp/engine/inspection.py); raises EngineError with a sentence when it cannot
         (InsideUnavailable: this engine has no such view)."""
         ...
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chatapp.engine.local.cpu_load import OtherPrograms, disturbed, share_of_cpu
+from chatapp.cpu_load import OtherPrograms, disturbed, share_of_cpu
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineError,

@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from chatapp.engine.inside import Inspection, InspectRequest
+from chatapp.engine.inspection import Inspection, InspectRequest
 from chatapp.engine.protocol import Engine, EngineError
 from chatapp.textsafe import token_display
 from chatapp.ui.literal import literal

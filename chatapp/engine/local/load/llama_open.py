@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from chatapp.engine.local import huge_pages
-from chatapp.engine.local.machine import ram_available
+from chatapp.engine.local.load import huge_pages
 from chatapp.engine.protocol import LoadOptions
+from chatapp.machine import ram_available
 
 PARALLEL_SEQUENCES = 8  # sequences a context holds: the most replies decoded together
 

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
-from chatapp.engine.local import machine
+from chatapp import machine
 from chatapp.engine.protocol import Finished, GenerateRequest, LoadOptions
 from chatapp.sampling import SamplerSettings
 

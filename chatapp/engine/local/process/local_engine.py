@@ -15,12 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from chatapp import paths
+from chatapp import machine, paths
 from chatapp.engine.control_vector import ControlVector
-from chatapp.engine.inside import Inspection, InspectRequest
-from chatapp.engine.local import cpu_backend, gpu_fallback, huge_pages, machine, side_pipe
-from chatapp.engine.local.perplexity import PerplexityJob
-from chatapp.engine.local.worker_log import WorkerLog, extra_buffers_from_log, useful_lines
+from chatapp.engine.inspection import Inspection, InspectRequest
+from chatapp.engine.local.load import cpu_backend, gpu_fallback, huge_pages
+from chatapp.engine.local.load.worker_log import WorkerLog, extra_buffers_from_log, useful_lines
+from chatapp.engine.local.loop.perplexity_scoring import PerplexityJob
+from chatapp.engine.local.process import side_pipe
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineCrashed,
@@ -143,7 +144,7 @@ class LocalEngine:
         side_parent, side_child = ctx.Pipe()
         self._tuning_now = ctx.Value("b", 0, lock=False)  # no lock: one writer, one byte
         self.log.begin()
-        from chatapp.engine.local import worker
+        from chatapp.engine.local.process import worker
 
         proc = ctx.Process(
             target=worker.main,
@@ -321,8 +322,8 @@ class LocalEngine:
             self._send(("cancel",))
 
     def set_steering(self, steering: Steering) -> None:
-        """New steering for the reply in progress (engine/local/steering.py); between replies
-        the next request's own steering is what counts."""
+        """New steering for the reply in progress (engine/local/inside/context_steering.py);
+        between replies the next request's own steering is what counts."""
         self._send(("steering", steering))
 
     def residuals(self, texts: list[str], at: str = "mean") -> np.ndarray:
@@ -356,7 +357,7 @@ class LocalEngine:
         return self._side_call(("template", request))
 
     def inspect(self, request: InspectRequest) -> Inspection:
-        """One capture inside the model (chatapp/engine/inside.py): made in the worker on a
+        """One capture inside the model (chatapp/engine/inspection.py): made in the worker on a
         second context, so it may run while a reply generates and costs that reply nothing.
         The first one reads weights and fills that context (seconds on a long sequence);
         raises EngineError with a sentence when it cannot be made."""
@@ -415,8 +416,8 @@ class LocalEngine:
         return msg[1]
 
     def perplexity(self, job: PerplexityJob, progress=None) -> dict:
-        """Score a text in chunks as llama-perplexity does (engine/local/perplexity.py); calls
-        progress(scored, total, seconds) after each chunk."""
+        """Score a text in chunks as llama-perplexity does (loop/perplexity_scoring.py);
+        calls progress(scored, total, seconds) after each chunk."""
         self._send(("perplexity", job))
         while True:
             msg = self._recv(what="scoring the text")

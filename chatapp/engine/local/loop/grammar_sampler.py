@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from chatapp.engine.local.candidates import rank, token_logprob, top_candidates
+from chatapp.engine.local.loop.candidates import rank, token_logprob, top_candidates
 from chatapp.engine.protocol import GenerateRequest, Grammar
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.loaded_model import LoadedModel
+    from chatapp.engine.local.load.loaded_model import LoadedModel
     from chatapp.sampling import SamplerSettings
 
 DTYPE = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])  # llama_token_data

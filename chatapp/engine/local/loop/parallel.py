@@ -6,9 +6,9 @@ import codecs
 import time
 from typing import TYPE_CHECKING
 
-from chatapp.engine.local.candidates import ranked_size
-from chatapp.engine.local.grammar import GrammarUnusable, start_grammar
-from chatapp.engine.local.token_loop import (
+from chatapp.engine.local.loop.candidates import ranked_size
+from chatapp.engine.local.loop.grammar_sampler import GrammarUnusable, start_grammar
+from chatapp.engine.local.loop.token_loop import (
     Generation,
     RecentTokens,
     SubsetSampler,
@@ -25,7 +25,7 @@ from chatapp.engine.protocol import (
 from chatapp.metrics import stats_from_times
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.loaded_model import LoadedModel
+    from chatapp.engine.local.load.loaded_model import LoadedModel
 
 
 class Sequence:

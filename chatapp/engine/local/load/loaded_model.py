@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
-from chatapp.engine.local import huge_pages, template
-from chatapp.engine.local.cpu_load import OtherPrograms
-from chatapp.engine.local.llama_open import fill_batch, open_llama
-from chatapp.engine.local.steering import ContextSteering
-from chatapp.engine.local.thread_governor import ThreadGovernor
-from chatapp.engine.local.timebound import call_with_timeout
-from chatapp.engine.local.worker_log import (
+from chatapp.cpu_load import OtherPrograms
+from chatapp.engine.local.inside.context_steering import ContextSteering
+from chatapp.engine.local.load import chat_template, huge_pages
+from chatapp.engine.local.load.llama_open import fill_batch, open_llama
+from chatapp.engine.local.load.thread_governor import ThreadGovernor
+from chatapp.engine.local.load.timebound import call_with_timeout
+from chatapp.engine.local.load.worker_log import (
     extra_buffers_from_log,
     flash_attn_from_log,
     offloaded_from_log,
@@ -170,7 +170,7 @@ class LoadedModel:
         """Load the draft model beside this one; returns why it cannot draft ('' if it can)."""
         from dataclasses import replace
 
-        from chatapp.engine.local.drafts import ModelDrafter, vocab_mismatch
+        from chatapp.engine.local.loop.drafts import ModelDrafter, vocab_mismatch
 
         options = replace(
             self.options, model_path=path, draft_model=None, chat_template=None, n_ctx=self.n_ctx
@@ -192,7 +192,7 @@ class LoadedModel:
     def drafter(self, kind: str):
         """The drafter a request asks for ("ngram", "model", "": none) and a notice, said once,
         when it cannot have it."""
-        from chatapp.engine.local.drafts import NgramDrafter
+        from chatapp.engine.local.loop.drafts import NgramDrafter
 
         if not kind:
             return None, ""
@@ -350,20 +350,20 @@ class LoadedModel:
         if self.chat_template:
             try:
                 rendered = self._render_bounded(self.chat_template, req)
-            except (template.TemplateError, TimeoutError) as exc:
+            except (chat_template.TemplateError, TimeoutError) as exc:
                 warning = f"the model's chat template failed ({exc}); using a plain template"
             else:
                 return rendered.text, FOLDED_SYSTEM_NOTE if rendered.folded_system else ""
         else:
             warning = "this model has no chat template; using a plain template"
-        return template.render_fallback(req.messages), warning
+        return chat_template.render_fallback(req.messages), warning
 
-    def _render_bounded(self, source: str, req: GenerateRequest) -> template.Rendered:
+    def _render_bounded(self, source: str, req: GenerateRequest) -> chat_template.Rendered:
         """The model's template, stopped after TEMPLATE_TIMEOUT_S (it comes from the file)."""
         bos = self.piece(self.bos_id).decode("utf-8", "replace") if self.bos_id >= 0 else ""
         eos = self.piece(self.eos_id).decode("utf-8", "replace") if self.eos_id >= 0 else ""
         return call_with_timeout(
-            lambda: template.render(
+            lambda: chat_template.render(
                 source,
                 req.messages,
                 bos_token=bos,

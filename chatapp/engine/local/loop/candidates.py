@@ -145,7 +145,7 @@ def top_candidates(
     tokens): for the steps whose facts alone cannot make them later, top-k off (the kept set
     reaches past the ranked tokens: `vocab` is then the row the chain sees, `logits` or a
     grammar's masked copy) or a grammar (`allowed` says which of `idx` it allows; the caller
-    ranks enough allowed tokens for top-k: engine/local/grammar.py).
+    ranks enough allowed tokens for top-k: engine/local/loop/grammar_sampler.py).
     """
     if idx is None or log_z is None:
         idx, log_z = rank(logits, ranked_size(settings, top_n, logits.shape[0]))

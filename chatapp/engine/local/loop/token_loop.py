@@ -13,24 +13,23 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from chatapp.engine.local import template
-from chatapp.engine.local.candidates import (
+from chatapp.engine.local.load import chat_template
+from chatapp.engine.local.load.loaded_model import FOLDED_SYSTEM_NOTE, inject_cpu_fault
+from chatapp.engine.local.load.thread_governor import thread_stats
+from chatapp.engine.local.loop.candidates import (
     rank,
     ranked_size,
     step_facts,
     token_logprob,
     top_candidates,
 )
-from chatapp.engine.local.grammar import (
+from chatapp.engine.local.loop.grammar_sampler import (
     GrammarSampler,
     GrammarUnusable,
     sample_with_grammar,
     start_grammar,
 )
-from chatapp.engine.local.loaded_model import FOLDED_SYSTEM_NOTE, inject_cpu_fault
-from chatapp.engine.local.machine import physical_cores
-from chatapp.engine.local.speculation import Speculation
-from chatapp.engine.local.thread_governor import thread_stats
+from chatapp.engine.local.loop.speculation import Speculation
 from chatapp.engine.protocol import (
     Candidate,
     Failed,
@@ -44,11 +43,12 @@ from chatapp.engine.protocol import (
     Token,
     fills_the_cpu,
 )
+from chatapp.machine import physical_cores
 from chatapp.metrics import stats_from_times
 from chatapp.sampling import VOCAB, SamplerSettings, native_chain
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.loaded_model import LoadedModel
+    from chatapp.engine.local.load.loaded_model import LoadedModel
 
 # Token events go at most every 50 ms (the first one at once): each send pickles, writes and
 # wakes the reader, and 20 updates a second reads as smooth text. Where llama.cpp's threads
@@ -190,7 +190,7 @@ def sample_row(
     """One token from one logits row: the candidates to report (top_n of them), the token the
     chain picks (among the m ranked when that is exact, else over the whole vocabulary) and
     its log-probability before the samplers (None without candidates). With a grammar: the
-    token is -1 when it allows nothing more (engine/local/grammar.py)."""
+    token is -1 when it allows nothing more (engine/local/loop/grammar_sampler.py)."""
     if grammar is not None:
         exact = subset_exact(s, m)
         return sample_with_grammar(w, chain, subset, grammar, row, s, recent, m, top_n, exact)
@@ -225,7 +225,9 @@ class Generation:
         self.flush_s = FLUSH_CPU_S if fills_the_cpu(worker.info, physical_cores()) else FLUSH_S
         self.cancelled = False
         self.new_settings: SamplerSettings | None = None
-        self.new_steering = None  # a Steering sent mid-reply (engine/local/steering.py)
+        self.new_steering = (
+            None  # a Steering sent mid-reply (engine/local/inside/context_steering.py)
+        )
         self.has_message = message_waiting(conn)
 
     def send(self, event, flush: bool = False) -> None:
@@ -347,7 +349,9 @@ class Generation:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         text_parts = [decoder.decode(b"".join(w.piece(t) for t in prefix))]
         text_len = len(text_parts[0])
-        stops = req.stop or (template.FALLBACK_STOPS if plain and req.raw_prompt is None else ())
+        stops = req.stop or (
+            chat_template.FALLBACK_STOPS if plain and req.raw_prompt is None else ()
+        )
         max_stop = max((len(x) for x in stops), default=0)
         recent = RecentTokens(full, s.repeat_last_n)
         times: list[float] = []
