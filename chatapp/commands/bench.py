@@ -9,10 +9,11 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from chatapp import paths
+from chatapp.commands.bench_run import Run
 from chatapp.cpu_load import OtherPrograms, disturbed
 from chatapp.engine.local.load import huge_pages
 from chatapp.engine.protocol import Finished, GenerateRequest, LoadOptions
@@ -27,14 +28,6 @@ TEXT = (
     "sea and wanted to come home. Long before electric lamps, fires burned on hills above "
     "harbours, and sailors learned to read the coast by night as others read a book. "
 )
-
-
-@dataclass
-class Run:
-    prefill_tps: float
-    decode_tps: float
-    tokens: int
-    crashed: str = ""  # the signal that killed a llama-bench run ("" = it ran)
 
 
 def _prompt_ids(engine, n: int, rep: int) -> tuple[int, ...]:

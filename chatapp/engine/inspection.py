@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from chatapp.engine.protocol import EngineError, GenerateRequest
+from chatapp.engine.engine_errors import EngineError
+from chatapp.engine.request import GenerateRequest
 
 REMOTE_NOTE = (
     "a server only sends its tokens and probabilities, so it has no view of the model's layers, "

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from chatapp import jsonfile
 from chatapp.errors import ModelFileError
-from chatapp.models.sources import Found
+from chatapp.models.sources.found import Found
 
 SOURCE = "ollama"
 MODEL_LAYER = "application/vnd.ollama.image.model"
