@@ -10,7 +10,8 @@ import pytest
 from chatapp.engine import control_vector, steer_library
 from chatapp.engine.local.inside import context_steering
 from chatapp.engine.local.inside.inspector import Inspector
-from chatapp.engine.local.load import cpu_backend, loaded_model
+from chatapp.engine.local.load import cpu_backend
+from chatapp.engine.local.loop import serving_model
 from chatapp.engine.protocol import LoadOptions
 from chatapp.engine.steering import Steering, SteerVector
 
@@ -22,7 +23,7 @@ def worker(model_path, engine):
     # Loaded as the engine loads it here (the `engine` fixture's start found out whether
     # llama.cpp's extra CPU buffers crash on this CPU: here that would take pytest down).
     options, _ = cpu_backend.choose(LoadOptions(model_path=model_path, n_ctx=512, n_gpu_layers=0))
-    return loaded_model.LoadedModel(options)
+    return serving_model.ServingModel(options)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 
 from chatapp.cpu_load import OtherPrograms
-from chatapp.engine.local.inside.context_steering import ContextSteering
 from chatapp.engine.local.load import chat_template, huge_pages
 from chatapp.engine.local.load.llama_open import fill_batch, open_llama
 from chatapp.engine.local.load.thread_governor import ThreadGovernor
@@ -74,8 +73,6 @@ class LoadedModel:
         self.chat_template = options.chat_template or meta.get("tokenizer.chat_template", "")
         self.noted: set[str] = set()  # notices said once per loaded model (FOLDED_SYSTEM_NOTE)
         self.autotune_status: dict | None = None  # the tune on first use (autotune.py), if any
-        self.draft_worker: LoadedModel | None = None  # the draft model (LoadOptions.draft_model)
-        self._drafters: dict[str, object] = {}
         self.bos_id = llama_cpp.llama_vocab_bos(self.vocab)
         self.eos_id = llama_cpp.llama_vocab_eos(self.vocab)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
@@ -107,7 +104,6 @@ class LoadedModel:
             weights_in_memory=self.llama.model_params.load_mode == llama_cpp.LLAMA_LOAD_MODE_NONE,
             n_embd=llama_cpp.llama_model_n_embd(self.model),
         )
-        self.steering = ContextSteering(self)  # the control vector on the context (none yet)
 
     def _governor(self, most: int, adapt: bool, cpu_bound: bool) -> ThreadGovernor | None:
         """The live thread count's keeper, where the CPU runs (some of) the model with more
@@ -165,51 +161,6 @@ class LoadedModel:
             self.governor = self._governor(threads, True, True)
         self.options = replace(self.options, flash_attn=bool(flash_attn), n_threads=threads)
         self.info = replace(self.info, flash_attn=bool(flash_attn), n_threads=threads, tuned=True)
-
-    def load_draft(self, path: str) -> str:
-        """Load the draft model beside this one; returns why it cannot draft ('' if it can)."""
-        from dataclasses import replace
-
-        from chatapp.engine.local.loop.drafts import ModelDrafter, vocab_mismatch
-
-        options = replace(
-            self.options, model_path=path, draft_model=None, chat_template=None, n_ctx=self.n_ctx
-        )
-        draft = LoadedModel(options)
-        if draft.warm_up() != 0:
-            return f"could not load the draft model {path}: llama.cpp's first decode failed"
-        why = vocab_mismatch(self, draft)
-        if why:
-            return (
-                f"{path} cannot draft for {self.options.model_path}: {why}; a draft model "
-                "needs the same vocabulary (a smaller quant or a smaller model of the family)"
-            )
-        self.draft_worker = draft
-        self._drafters["model"] = ModelDrafter(draft)
-        self.info = replace(self.info, draft_model=path)
-        return ""
-
-    def drafter(self, kind: str):
-        """The drafter a request asks for ("ngram", "model", "": none) and a notice, said once,
-        when it cannot have it."""
-        from chatapp.engine.local.loop.drafts import NgramDrafter
-
-        if not kind:
-            return None, ""
-        if kind == "ngram" and "ngram" not in self._drafters:
-            self._drafters["ngram"] = NgramDrafter()
-        found = self._drafters.get(kind)
-        if found is not None:
-            return found, ""
-        note = (
-            "no draft model is loaded (start with --draft MODEL.gguf); decoding one token at a time"
-            if kind == "model"
-            else f"unknown draft source {kind!r}; decoding one token at a time"
-        )
-        if note in self.noted:
-            return None, ""
-        self.noted.add(note)
-        return None, note
 
     def described(self, log_text: str) -> ModelInfo:
         """The load's facts that only llama.cpp's log tells: GPU layers, flash attention as

@@ -27,7 +27,7 @@ _SCRATCH: dict[int, np.ndarray] = {}
 
 
 class RecentWindow(Container[int], Sized, Protocol):
-    """The penalty window (token_loop.RecentTokens): its tokens' counts."""
+    """The penalty window (row_sampling.RecentTokens): its tokens' counts."""
 
     counts: Mapping[int, int]
 
@@ -227,7 +227,7 @@ def step_facts(
     """What a step keeps for its candidate rows (candidate_rows.StepFacts), the rows made only
     when shown: the ranked tokens best first with their logits, which of them the penalty
     lowers, and the pieces of the first top_n + that many. Exact where top-k or greedy bounds
-    the kept set (token_loop.subset_exact); elsewhere use top_candidates.
+    the kept set (row_sampling.subset_exact); elsewhere use top_candidates.
 
     Only what the next decode would overwrite or the next token would change is taken now
     (the ranked tokens' raw logits, `raw` when the caller has them, and the penalty window);

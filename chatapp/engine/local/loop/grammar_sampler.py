@@ -188,9 +188,9 @@ def sample_with_grammar(
     top_n: int,
     exact: bool,
 ):
-    """sample_row (token_loop.py) under a grammar: the token (-1 when the grammar allows nothing
+    """sample_row (row_sampling.py) under a grammar: the token (-1 when the grammar allows nothing
     more), the candidates with the grammar's cut, the token's raw log-probability. `exact`:
-    whether the ranked subset suffices without a grammar (token_loop.subset_exact)."""
+    whether the ranked subset suffices without a grammar (row_sampling.subset_exact)."""
     logits = w.logits(row)
     idx, log_z = rank(logits, m, top_n > 0)
     ok = grammar.allowed(logits, idx)
