@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing as mp
-import os
-import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +18,7 @@ from chatapp.engine.local.load import cpu_backend, gpu_fallback, huge_pages
 from chatapp.engine.local.load.worker_log import WorkerLog, extra_buffers_from_log, useful_lines
 from chatapp.engine.local.loop.perplexity_scoring import PerplexityJob
 from chatapp.engine.local.process import side_pipe
+from chatapp.engine.local.process.child import exit_words, real_std_streams
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineCrashed,
@@ -446,36 +443,3 @@ class LocalEngine:
         if isinstance(reply, side_pipe.SideFailure):
             raise EngineError(reply.message)
         return reply
-
-
-def exit_words(code: int) -> str:
-    """How a worker ended, in words: "signal SIGSEGV", "exit code 3"."""
-    if code >= 0:
-        return f"exit code {code}"
-    try:
-        return f"signal {signal.Signals(-code).name}"
-    except ValueError:
-        return f"signal {-code}"
-
-
-@contextlib.contextmanager
-def real_std_streams():
-    """multiprocessing passes sys.stderr's fd to its helper process; a TUI (or pytest) may have
-    swapped in an object without one, so point both at /dev/null while spawning."""
-    saved = sys.stdout, sys.stderr
-    devnull = None
-    try:
-        for name in ("stdout", "stderr"):
-            stream = getattr(sys, name)
-            try:
-                ok = stream is not None and stream.fileno() >= 0
-            except (OSError, ValueError, AttributeError):
-                ok = False
-            if not ok:
-                devnull = devnull or open(os.devnull, "w")
-                setattr(sys, name, devnull)
-        yield
-    finally:
-        sys.stdout, sys.stderr = saved
-        if devnull is not None:
-            devnull.close()
