@@ -12,7 +12,7 @@ import ctypes
 import os
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -87,7 +87,7 @@ class AutoTune:
     def stop(self) -> None:
         self._slices.close()  # frees a scratch context still open
 
-    def _run(self) -> Iterator[None]:
+    def _run(self) -> Generator[None, None, None]:
         self._others = OtherPrograms(children=False)
         ids = self._filler(DEEP + DECODE_TOKENS + 2)
         # One scratch context per flash attention setting, both open, and the trials taken
@@ -124,7 +124,7 @@ class AutoTune:
                 lib.llama_memory_seq_rm(mem, -1, depth, -1)  # back to the same depth each time
                 yield from self._time(contexts[trial.flash_attn], trial, depth, ids)
 
-    def _fill(self, ctx, ids: list[int], limit: int) -> Iterator[None]:
+    def _fill(self, ctx, ids: list[int], limit: int) -> Generator[None, None, int]:
         """Prefill a scratch context up to `limit` tokens, in slices, within the budget of
         PREFILL_BUDGET_S; returns the depth reached."""
         lib = self.w.lib

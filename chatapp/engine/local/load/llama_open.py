@@ -84,12 +84,12 @@ def _load_params(extra_bufts: bool, auto_fa: bool):
         return context_class(*args, **kwargs)
 
     llama_cpp.llama_cpp.llama_model_default_params = model_params
-    _internals.LlamaContext = context
+    _internals.LlamaContext = context  # type: ignore[misc, assignment]  # (put back below)
     try:
         yield
     finally:
         llama_cpp.llama_cpp.llama_model_default_params = model_defaults
-        _internals.LlamaContext = context_class
+        _internals.LlamaContext = context_class  # type: ignore[misc]
 
 
 def fill_batch(b, tokens: list[int], n_past: int, logits_all: bool = False) -> None:

@@ -72,6 +72,7 @@ class LoadedModel:
         meta = self.llama.metadata
         self.chat_template = options.chat_template or meta.get("tokenizer.chat_template", "")
         self.noted: set[str] = set()  # notices said once per loaded model (FOLDED_SYSTEM_NOTE)
+        self.batch_costs: dict[int, float] = {}  # rows -> seconds a batch takes (speculation)
         self.autotune_status: dict | None = None  # the tune on first use (autotune.py), if any
         self.bos_id = llama_cpp.llama_vocab_bos(self.vocab)
         self.eos_id = llama_cpp.llama_vocab_eos(self.vocab)

@@ -181,9 +181,10 @@ def vocab_cuts(
     window = np.fromiter(recent, dtype=np.int64) if rp != 1.0 and recent else None
     pen = vocab
     if window is not None and window.shape[0]:
-        pen = _PENALIZED.get(vocab.shape[0])  # (one buffer: rank's row cache keeps its grid)
-        if pen is None:
-            pen = _PENALIZED[vocab.shape[0]] = np.empty_like(vocab)
+        kept = _PENALIZED.get(vocab.shape[0])  # (one buffer: rank's row cache keeps its grid)
+        if kept is None:
+            kept = _PENALIZED[vocab.shape[0]] = np.empty_like(vocab)
+        pen = kept
         np.copyto(pen, vocab)
         seen = pen[window]
         pen[window] = np.where(seen > 0, seen / rp, seen * rp)

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -169,7 +169,7 @@ def run(
     if job.write_base:
         base.flush()
         del base
-    result = {key: np.concatenate(parts) for key, parts in out.items()}
+    result: dict[str, Any] = {key: np.concatenate(parts) for key, parts in out.items()}
     if job.write_base:
         np.save(nll_file, result["nll"])  # last: its presence says the cache is complete
     result["n_tokens"] = len(tokens)

@@ -1,6 +1,4 @@
-"""What every reply loop shares, one reply or several decoded together: the pipe (events out;
-cancel, settings and steering in), the prefill, the grammar start, the chains remade on new
-settings, the stats."""
+"""What every reply loop shares: the pipe, prefill, grammar start, new settings, the stats."""
 
 from __future__ import annotations
 
@@ -52,7 +50,8 @@ def message_waiting(conn: Connection):
 
 
 class ReplyLoop:
-    """One request's loop in the worker; a subclass's _run does the sampling."""
+    """One request's loop in the worker, one reply or several decoded together: events out
+    (batched), cancel, settings and steering in between tokens. A subclass's _run samples."""
 
     def __init__(self, worker: ServingModel, conn: Connection, req: GenerateRequest) -> None:
         self.w = worker

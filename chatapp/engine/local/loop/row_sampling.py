@@ -83,6 +83,11 @@ class SubsetSampler:
 
     def __init__(self, lib, capacity: int) -> None:
         self.lib = lib
+        self._make(capacity)
+
+    def _make(self, capacity: int) -> None:
+        """A buffer for `capacity` tokens and llama.cpp's array over it."""
+        lib = self.lib
         self.buf = np.zeros(capacity, dtype=self.DTYPE)
         self.ids, self.logits = self.buf["id"], self.buf["logit"]  # field views, made once
         self.arr = lib.llama_token_data_array()
@@ -98,7 +103,7 @@ class SubsetSampler:
         them) in the buffer (a grammar may then mask it)."""
         n = idx.shape[0]
         if n > self.buf.shape[0]:
-            self.__init__(self.lib, n)
+            self._make(n)
         self.ids[:n] = idx
         self.logits[:n] = logits[idx] if raw is None else raw
         self.n = n

@@ -1,4 +1,4 @@
-"""A child process seen from the parent: std streams multiprocessing can pass, its end in words."""
+"""The worker seen from the parent: its model file checked, std streams to pass, its end."""
 
 from __future__ import annotations
 
@@ -6,6 +6,18 @@ import contextlib
 import os
 import signal
 import sys
+
+
+def check_model_file(path: str) -> None:
+    """Refuse what is plainly not a model file before a worker is spawned.
+
+    The same checks and words as `chatapp inspect` (gguf_header.validate): a missing file, a
+    directory, a FIFO (never opened: that would block), an HTML page from a failed download, a
+    bad header; each a ModelFileError, one sentence naming the file.
+    """
+    from chatapp.gguf.header import validate
+
+    validate(path)
 
 
 def exit_words(code: int) -> str:
