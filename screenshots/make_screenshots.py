@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
 from chatapp.models.bundled import smollm2_path
 from chatapp.sampling import SamplerSettings
@@ -255,7 +255,7 @@ GRAMMAR_SCHEMA = """{"type": "object", "properties": {
 
 async def grammar_shot() -> None:
     """A reply held to a JSON schema: the Next token panel marks what the grammar cut (⊘)."""
-    from chatapp.engine.grammar import grammar_from_schema_text
+    from chatapp.engine.schema_grammar import grammar_from_schema_text
 
     app = greedy_app(60)
     async with app.run_test(size=SIZE) as pilot:

@@ -62,8 +62,8 @@ def oom_context(shape, leave_bytes: int) -> int:
 
 def stepdown(leave_gib: float) -> dict:
     """Load with every layer on the GPU at the out-of-memory context: what the engine did."""
-    from chatapp.engine.local import gpu_fallback
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.local.load import gpu_fallback
+    from chatapp.engine.local.process.local_engine import LocalEngine
     from chatapp.engine.protocol import ALL_GPU_LAYERS, LoadOptions
     from chatapp.gguf.header import read_header
     from chatapp.models.bundled import smollm2_path

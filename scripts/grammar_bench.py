@@ -14,9 +14,9 @@ import argparse
 import json
 import statistics
 
-from chatapp.engine.grammar import grammar_from_schema_text
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import ChatMessage, Finished, GenerateRequest, LoadOptions
+from chatapp.engine.schema_grammar import grammar_from_schema_text
 from chatapp.models.bundled import smollm2_path
 from chatapp.sampling import SamplerSettings
 

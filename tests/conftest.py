@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
 from chatapp.models.bundled import smollm2_path
 

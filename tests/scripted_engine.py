@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from chatapp.engine.inside import Inspection, InspectRequest, LayerLens, Neighbour, Ranked
+from chatapp.engine.inspection import Inspection, InspectRequest, LayerLens, Neighbour, Ranked
 from chatapp.engine.protocol import (
     Candidate,
     ChatMessage,

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from chatapp.engine.local import machine
-from chatapp.engine.local.autotune import BUSY_ENV, Trial
-from chatapp.engine.local.engine import LocalEngine
+from chatapp import machine
+from chatapp.engine.local.load.autotune import BUSY_ENV, Trial
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import ChatMessage, Finished, GenerateRequest, LoadOptions
 from chatapp.sampling import SamplerSettings
 from chatapp.ui.autotune_watch import describe

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from chatapp.engine.candidate_rows import settle
-from chatapp.engine.local.candidates import (
+from chatapp.engine.local.loop.candidates import (
     rank,
     ranked_size,
     step_facts,
     token_logprob,
     top_candidates,
 )
-from chatapp.engine.local.token_loop import RecentTokens
+from chatapp.engine.local.loop.row_sampling import RecentTokens
 from chatapp.sampling import SamplerSettings
 
 N_VOCAB = 49152
@@ -137,7 +137,7 @@ def test_rank_of_a_flat_row_and_of_ties():
 
 
 class _Window(set):
-    """A penalty window as step_facts reads it (token_loop.RecentTokens: counts, membership)."""
+    """A penalty window as step_facts reads it (row_sampling.RecentTokens: counts, membership)."""
 
     @property
     def counts(self) -> dict[int, int]:

@@ -11,7 +11,8 @@ import sys
 import pytest
 from helpers import bundled, run_cli
 
-from chatapp.engine.local import huge_pages, machine
+from chatapp import machine
+from chatapp.engine.local.load import huge_pages
 
 
 @pytest.mark.slow

@@ -8,11 +8,11 @@ import signal
 
 import pytest
 
-from chatapp import paths
-from chatapp.engine.local import cpu_backend, machine
-from chatapp.engine.local.engine import LocalEngine
-from chatapp.engine.local.loaded_model import CPU_FAULT_ENV
-from chatapp.engine.local.worker_log import extra_buffers_from_log, useful_lines
+from chatapp import machine, paths
+from chatapp.engine.local.load import cpu_backend
+from chatapp.engine.local.load.loaded_model import CPU_FAULT_ENV
+from chatapp.engine.local.load.worker_log import extra_buffers_from_log, useful_lines
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import EngineCrashed, LoadOptions
 from chatapp.models import quantize
 from chatapp.models.bundled import smollm2_path

@@ -253,7 +253,7 @@ def test_special_tokens_come_from_llama_cpp_not_their_shape(engine):
 
 @pytest.fixture(scope="module")
 def small_engine(model_path):
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.local.process.local_engine import LocalEngine
     from chatapp.engine.protocol import LoadOptions
 
     eng = LocalEngine(LoadOptions(model_path=model_path, n_ctx=256, n_gpu_layers=0, n_batch=256))
@@ -283,7 +283,7 @@ def test_reply_that_fills_the_context_stops_with_reason(small_engine):
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="per-thread nice is Linux's")
 def test_a_worker_started_nicer_runs_below_our_priority_threads_included(model_path):
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.local.process.local_engine import LocalEngine
     from chatapp.engine.protocol import LoadOptions
 
     ours = os.getpriority(os.PRIO_PROCESS, 0)

@@ -8,7 +8,7 @@ import pytest
 from helpers import BrokenEngine, FakeEngine, HostileEngine
 from scripted_engine import ScriptedEngine
 
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import Engine
 from chatapp.engine.remote.client import RemoteEngine
 

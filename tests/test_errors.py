@@ -9,7 +9,7 @@ import pytest
 
 import chatapp.errors
 from chatapp.config import ConfigError
-from chatapp.engine.local.template import TemplateError
+from chatapp.engine.local.load.chat_template import TemplateError
 from chatapp.engine.protocol import EngineCrashed, EngineError
 from chatapp.errors import ChatappError, ModelFileError, UsageError
 from chatapp.gguf.header import validate
@@ -17,7 +17,7 @@ from chatapp.history.records import StoreError
 from chatapp.history.store import StoreError as StoreErrorReexported
 from chatapp.models.bundled import BundledModelMissing
 from chatapp.sampling import SamplerSettings, SettingsError
-from chatapp.ui.bench import BenchError
+from chatapp.ui.bench.headless_bench import BenchError
 from chatapp.ui.themes import ThemeFileError
 
 FAMILY = [

@@ -10,10 +10,10 @@ import stat
 import pytest
 
 from chatapp.commands.models import fit_cmd, inspect_cmd
-from chatapp.engine.local.machine import parse_meminfo, ram_available
 from chatapp.engine.protocol import EngineError, LoadOptions
 from chatapp.errors import ModelFileError
 from chatapp.gguf.header import inspect, read_header
+from chatapp.machine import parse_meminfo, ram_available
 from chatapp.models import fit
 from chatapp.models.bundled import smollm2_path
 
@@ -78,7 +78,7 @@ def test_gpu_layers_that_fit(shape):
 @pytest.mark.slow
 def test_sizes_llama_cpp_reports(shape):
     """The estimate against the KV and compute buffer sizes llama.cpp logs when it loads."""
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.local.process.local_engine import LocalEngine
 
     ctx = 2048
     # fit.estimate's default models llama.cpp without flash attention.

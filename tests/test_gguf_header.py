@@ -320,7 +320,7 @@ def test_byte_flips_never_crash(tmp_path):
 
 
 def test_engine_check_uses_validate(tmp_path):
-    from chatapp.engine.local.engine import check_model_file
+    from chatapp.engine.local.process.child import check_model_file
 
     path = write(tmp_path, build(tensors=[tensor("blk.0.w", (32, 0))]))
     with pytest.raises(ModelFileError, match="zero-sized dimension"):

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import (
     ALL_GPU_LAYERS,
     ChatMessage,

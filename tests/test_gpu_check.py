@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.engine.local.gpu_fallback import layer_steps
+from chatapp.engine.local.load.gpu_fallback import layer_steps
 from chatapp.engine.protocol import (
     ALL_GPU_LAYERS,
     ChatMessage,
@@ -144,7 +144,7 @@ def test_cut_keeps_the_first_blocks_and_everything_outside_them(name, kept):
 
 @pytest.mark.slow
 def test_the_cut_model_has_its_blocks_and_decodes(tmp_path, model_path):
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.local.process.local_engine import LocalEngine
 
     target = tmp_path / "cut.gguf"
     cut_layers.cut(model_path, str(target), 2, cut_layers.gguf.GGMLQuantizationType.Q4_0)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from gguf_builders import build, kv_str, kv_u32, write
 
-from chatapp.engine.local import gpu_fallback
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.load import gpu_fallback
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import EngineError, LoadOptions, ModelInfo
 from chatapp.gguf.header import read_header
 

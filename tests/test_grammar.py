@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from test_candidates import SETTINGS, _logits, _reference
 
-from chatapp.engine.grammar import GrammarError, load_grammar, schema_to_gbnf
 from chatapp.engine.int_range import int_range_rule
-from chatapp.engine.local.candidates import rank, ranked_size
-from chatapp.engine.local.grammar import grammar_candidates
+from chatapp.engine.local.loop.candidates import rank, ranked_size
+from chatapp.engine.local.loop.grammar_sampler import grammar_candidates
+from chatapp.engine.schema_grammar import GrammarError, load_grammar, schema_to_gbnf
 
 
 def _as_regex(rule: str) -> re.Pattern:

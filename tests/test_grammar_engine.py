@@ -8,7 +8,6 @@ import json
 import pytest
 from helpers import run_cli
 
-from chatapp.engine.grammar import grammar_from_gbnf_text, grammar_from_schema_text
 from chatapp.engine.protocol import (
     ChatMessage,
     Failed,
@@ -17,6 +16,7 @@ from chatapp.engine.protocol import (
     StopReason,
     Token,
 )
+from chatapp.engine.schema_grammar import grammar_from_gbnf_text, grammar_from_schema_text
 from chatapp.sampling import SamplerSettings
 
 PERSON = {

@@ -11,8 +11,8 @@ from helpers import one_error_line, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatapp.engine.grammar import GrammarError, grammar_from_schema_text, schema_to_gbnf
 from chatapp.engine.schema_check import KNOWN
+from chatapp.engine.schema_grammar import GrammarError, grammar_from_schema_text, schema_to_gbnf
 
 
 def _refused(schema) -> str:

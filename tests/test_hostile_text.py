@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Label, Static, TabbedContent
 from textual.widgets._toast import Toast
 
 from chatapp.chat.recorder import ChatHistory
-from chatapp.engine.grammar import GrammarError, load_grammar
+from chatapp.engine.schema_grammar import GrammarError, load_grammar
 from chatapp.history.store import Store
 from chatapp.models.compare_result import RunResult
 from chatapp.models.discovery import ModelEntry

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from chatapp.commands.ask import load_settings
-from chatapp.engine.local import huge_pages
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.load import huge_pages
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions, ModelInfo
 from chatapp.ui.widgets.stats import run_settings
 

@@ -13,9 +13,9 @@ from scripted_engine import ScriptedEngine
 
 from chatapp.commands.inside import LAST_LAYER_NOTE, as_dict, as_text, surprise_rows
 from chatapp.engine.factory import make_engine
-from chatapp.engine.inside import InsideUnavailable, Inspection, InspectRequest
-from chatapp.engine.local.graph_reader import FAULT_ENV
-from chatapp.engine.local.inspector import ubatch_for
+from chatapp.engine.inspection import InsideUnavailable, Inspection, InspectRequest
+from chatapp.engine.local.inside.graph_reader import FAULT_ENV
+from chatapp.engine.local.inside.inspector import ubatch_for
 from chatapp.engine.protocol import (
     ChatMessage,
     Finished,
@@ -289,7 +289,7 @@ async def test_the_inside_tab_on_the_real_model_explains_the_latest_token(model_
     from helpers import SIZE, send, wait_until
     from textual.widgets import TabbedContent
 
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.local.process.local_engine import LocalEngine
     from chatapp.ui.app import ChatApp
     from chatapp.ui.widgets.inside import InsidePanel
 

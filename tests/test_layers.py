@@ -22,7 +22,8 @@ def test_the_parent_process_never_loads_llama_cpp():
     # only, so a crash in it never takes the UI or a command down.
     code = (
         "import sys, chatapp.cli, chatapp.ui.app, chatapp.commands.ask, chatapp.commands.bench, "
-        "chatapp.models.compare, chatapp.models.quantize, chatapp.engine.local.engine, "
+        "chatapp.models.compare, chatapp.models.quantize, "
+        "chatapp.engine.local.process.local_engine, "
         "chatapp.engine.remote.client\n"
         "assert 'llama_cpp' not in sys.modules, 'the parent must not load llama.cpp'\n"
     )

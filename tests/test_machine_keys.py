@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from chatapp.engine.local import machine
+from chatapp import machine
 
 
 def test_a_moved_or_copied_file_keeps_its_key_and_another_file_does_not(tmp_path, model_path):

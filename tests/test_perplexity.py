@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chatapp.engine.local import perplexity as worker_side
-from chatapp.engine.local.perplexity import PerplexityJob
+from chatapp.engine.local.loop import perplexity_scoring as worker_side
+from chatapp.engine.local.loop.perplexity_scoring import PerplexityJob
 from chatapp.engine.protocol import EngineError
 from chatapp.models import perplexity
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from chatapp import breakdown
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import (
     ChatMessage,
     Finished,

@@ -16,8 +16,8 @@ import httpx
 import pytest
 from helpers import pane
 
-from chatapp.engine.local import machine
-from chatapp.engine.local.engine import LocalEngine
+from chatapp import machine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineError,

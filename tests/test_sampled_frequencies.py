@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 from test_subset_sampling import Collect
 
-from chatapp.engine.local import cpu_backend, loaded_model, token_loop
+from chatapp.engine.local.load import cpu_backend
+from chatapp.engine.local.loop import serving_model, token_loop
 from chatapp.engine.protocol import GenerateRequest, Grammar, LoadOptions, Token
 from chatapp.sampling import SamplerSettings
 
@@ -35,11 +36,11 @@ SETTINGS = {  # every value the issue names at least once; the penalty's window 
 }
 
 
-def _load(path: str) -> loaded_model.LoadedModel:
+def _load(path: str) -> serving_model.ServingModel:
     options, _ = cpu_backend.choose(
         LoadOptions(model_path=path, n_ctx=512, n_gpu_layers=0, n_threads=1)
     )  # (one thread: draws stay quick on a busy machine, where threads wait on each other)
-    return loaded_model.LoadedModel(options)
+    return serving_model.ServingModel(options)
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ import pytest
 from helpers import SIZE, run_cli, wait_until
 from scripted_engine import ScriptedEngine
 
-from chatapp import jsonfile, paths
+from chatapp import jsonfile, machine, paths
 from chatapp.chat.prompts import prompts_file, save_prompt, saved_prompts
 from chatapp.config import load_state, save_state, state_file
-from chatapp.engine.local import gpu_fallback, machine
+from chatapp.engine.local.load import gpu_fallback
 from chatapp.ui.app import ChatApp
 from chatapp.ui.screens.system_prompt import SystemPromptScreen
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import EngineError, LoadOptions
 
 

@@ -19,7 +19,9 @@ from chatapp.commands.models import models_cmd
 from chatapp.errors import ModelFileError
 from chatapp.models import discovery
 from chatapp.models.bundled import smollm2_path
-from chatapp.models.sources import Found, hf_cache, llamacpp, lmstudio, ollama, other_tools
+from chatapp.models.sources import hf_cache, llamacpp, lmstudio, ollama
+from chatapp.models.sources.every_tool import other_tools
+from chatapp.models.sources.found import Found
 from chatapp.models.sources.quant_names import listed, quant_from_name
 
 MODEL_LAYER = "application/vnd.ollama.image.model"
@@ -301,7 +303,7 @@ def test_resolve_ollama(tmp_path):
 
 def test_ollama_blob_loads_in_llama_cpp(tmp_path):
     """Blobs have no .gguf suffix: llama.cpp loads them all the same."""
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.local.process.local_engine import LocalEngine
     from chatapp.engine.protocol import LoadOptions
 
     ollama_tree(tmp_path / "ollama")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chatapp.engine.local.drafts import DraftPolicy, NgramDrafter
-from chatapp.engine.local.engine import LocalEngine
-from chatapp.engine.local.speculation import speculative_probs
+from chatapp.engine.local.loop.drafts import DraftPolicy, NgramDrafter
+from chatapp.engine.local.loop.speculation import speculative_probs
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineError,

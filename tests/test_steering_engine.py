@@ -11,7 +11,7 @@ import pytest
 from helpers import one_error_line, run_cli
 
 from chatapp.engine import control_vector, steer_library
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import (
     Failed,
     Finished,

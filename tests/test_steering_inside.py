@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from chatapp.engine import control_vector, steer_library
-from chatapp.engine.local import cpu_backend, loaded_model, steering
-from chatapp.engine.local.inspector import Inspector
+from chatapp.engine.local.inside import context_steering
+from chatapp.engine.local.inside.inspector import Inspector
+from chatapp.engine.local.load import cpu_backend
+from chatapp.engine.local.loop import serving_model
 from chatapp.engine.protocol import LoadOptions
 from chatapp.engine.steering import Steering, SteerVector
 
@@ -21,7 +23,7 @@ def worker(model_path, engine):
     # Loaded as the engine loads it here (the `engine` fixture's start found out whether
     # llama.cpp's extra CPU buffers crash on this CPU: here that would take pytest down).
     options, _ = cpu_backend.choose(LoadOptions(model_path=model_path, n_ctx=512, n_gpu_layers=0))
-    return loaded_model.LoadedModel(options)
+    return serving_model.ServingModel(options)
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +85,7 @@ def test_steering_off_never_calls_llama_cpp_and_a_vector_is_set_once(worker, tmp
         return real(ctx, data, *rest)
 
     monkeypatch.setattr(worker.lib, "llama_set_adapter_cvec", counting)
-    context = steering.ContextSteering(worker)  # (the context has no vector: cleared above)
+    context = context_steering.ContextSteering(worker)  # (the context has no vector: cleared above)
     path = tmp_path / "v.gguf"
     width = worker.info.n_embd
     control_vector.write(path, control_vector.ControlVector({1: np.ones(width, np.float32)}))
@@ -128,7 +130,7 @@ def test_the_happy_pair_moves_the_model_both_ways_on_texts_it_was_not_made_from(
 ):
     pair = steer_library.builtin_pair("happy")
     made = [
-        steering.residuals(worker, inspector, list(t), "mean")
+        context_steering.residuals(worker, inspector, list(t), "mean")
         for t in (pair.positive, pair.negative)
     ]
     path = tmp_path / "happy.gguf"

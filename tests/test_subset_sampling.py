@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from chatapp.engine.local import cpu_backend, loaded_model, token_loop
+from chatapp.engine.local.load import cpu_backend
+from chatapp.engine.local.loop import row_sampling, serving_model, token_loop
 from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions, Token
 from chatapp.sampling import SamplerSettings
 
@@ -37,7 +38,7 @@ def worker(model_path, engine):
     # remembered) whether llama.cpp's extra CPU buffers crash on this CPU; in this process a
     # crash would take pytest down with it.
     options, _ = cpu_backend.choose(LoadOptions(model_path=model_path, n_ctx=512, n_gpu_layers=0))
-    return loaded_model.LoadedModel(options)
+    return serving_model.ServingModel(options)
 
 
 def _reply(worker, settings: SamplerSettings, ignore_eos: bool = False) -> list[int]:
@@ -64,7 +65,7 @@ def _reply(worker, settings: SamplerSettings, ignore_eos: bool = False) -> list[
 def test_subset_sampling_equals_the_full_chain(worker, settings, monkeypatch):
     settings = settings.with_(seed=5, max_tokens=60)
     fast = _reply(worker, settings, ignore_eos=True)
-    monkeypatch.setattr(token_loop, "subset_exact", lambda s, m: False)  # the whole vocabulary
+    monkeypatch.setattr(row_sampling, "subset_exact", lambda s, m: False)  # the whole vocabulary
     full = _reply(worker, settings, ignore_eos=True)
     assert len(fast) == 60
     assert fast == full

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from helpers import CHAT, GENERATION_PROMPT, TEMPLATES
 
-from chatapp.engine.local import template
-from chatapp.engine.local.template import TemplateError, fold_system, render
-from chatapp.engine.local.timebound import call_with_timeout
+from chatapp.engine.local.load import chat_template
+from chatapp.engine.local.load.chat_template import TemplateError, fold_system, render
+from chatapp.engine.local.load.timebound import call_with_timeout
 from chatapp.engine.protocol import ChatMessage
 
 BOS, EOS = "<BOS>", "<EOS>"
@@ -188,7 +188,7 @@ def test_time_bound_still_applies():
 
 
 def test_fallback_still_plain():
-    assert template.render_fallback(CHAT) == (
+    assert chat_template.render_fallback(CHAT) == (
         "You are a terse pirate.\n\nUser: First question?\nAssistant: First answer.\n"
         "User: Second question?\nAssistant:"
     )

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from helpers import CHAT, GENERATION_PROMPT, TEMPLATES
 
-from chatapp.engine.local.template import render
+from chatapp.engine.local.load.chat_template import render
 from chatapp.engine.protocol import ChatMessage
 from chatapp.models.bundled import smollm2_path
 

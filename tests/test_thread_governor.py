@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from chatapp.engine.local.thread_governor import ThreadGovernor, thread_stats
+from chatapp.engine.local.load.thread_governor import ThreadGovernor, thread_stats
 
 # seconds per token on a 2-core box (the bundled model, ~measured): quiet and one core busy
 PACE = {(2, False): 0.008, (1, False): 0.014, (2, True): 0.100, (1, True): 0.022}
@@ -117,7 +117,7 @@ def test_thread_stats_of_a_reply():
 
 
 def test_disturbed_means_other_programs_took_cores_the_threads_needed():
-    from chatapp.engine.local.cpu_load import disturbed
+    from chatapp.cpu_load import disturbed
 
     assert disturbed(1.0, threads=2, cores=2)  # a spinner on a 2-core box, 2 threads
     assert not disturbed(0.1, threads=2, cores=2)  # a daemon's blip
@@ -199,7 +199,7 @@ def test_a_reading_over_a_long_idle_gap_says_nothing():
     thread short after the pinned engine's turn)."""
     import time
 
-    from chatapp.engine.local.cpu_load import OtherPrograms
+    from chatapp.cpu_load import OtherPrograms
 
     reader = OtherPrograms(children=False, max_age_s=0.05)
     time.sleep(0.1)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import multiprocessing as mp
 
-from chatapp.engine.local import token_loop
+from chatapp.engine.local.loop import reply_loop
 
 
 def test_the_loop_sees_a_message_only_when_one_is_waiting():
     """What the token loop polls between tokens: a real pipe, and the fallback where the
     platform has no select.poll (Windows)."""
     a, b = mp.Pipe()
-    waiting = token_loop.message_waiting(a)
+    waiting = reply_loop.message_waiting(a)
     assert not waiting()
     b.send(("cancel",))
     assert waiting()
@@ -23,8 +23,8 @@ def test_the_loop_sees_a_message_only_when_one_is_waiting():
 
 
 def test_the_poll_fallback_is_the_connections_own(monkeypatch):
-    monkeypatch.delattr(token_loop.select, "poll")
+    monkeypatch.delattr(reply_loop.select, "poll")
     a, b = mp.Pipe()
-    assert token_loop.message_waiting(a) == a.poll
+    assert reply_loop.message_waiting(a) == a.poll
     a.close()
     b.close()

@@ -15,8 +15,8 @@ NAMED = {
     "chatapp.chat.session": ["ChatSession.add_user", "ChatSession.prepare", "ChatSession.took",
                              "ChatSession.finished", "LiveReply"],
     "chatapp.ui.streaming": ["ReplyStream.run", "ReplyStream.TokensArrived"],
-    "chatapp.engine.local.engine": ["LocalEngine.generate"],
-    "chatapp.engine.local.token_loop": ["Generation.send"],
+    "chatapp.engine.local.process.local_engine": ["LocalEngine.generate"],
+    "chatapp.engine.local.loop.reply_loop": ["ReplyLoop.send"],
     "chatapp.engine.candidate_rows": ["Candidates.settle"],
     "chatapp.ui.pacing": ["FramePacer"],
     "chatapp.ui.panel_feed": ["PanelFeed.frame", "PanelFeed.end"],
@@ -48,7 +48,7 @@ def test_the_path_has_six_files_and_one_store():
     section = _section()
     files = re.findall(r"`(\w+\.py)`", section.split("pass through six files", 1)[1])[:6]
     assert files == [
-        "token_loop.py", "engine.py", "streaming.py", "conversation.py", "session.py",
+        "reply_loop.py", "local_engine.py", "streaming.py", "conversation.py", "session.py",
         "panel_feed.py",
     ]  # fmt: skip
     on_path = {module.rsplit(".", 1)[1] + ".py" for module in NAMED}

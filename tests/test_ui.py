@@ -6,7 +6,7 @@ import pytest
 from helpers import SIZE, pane, send, wait_until
 from scripted_engine import WORDS, ScriptedEngine
 
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
 from chatapp.ui.app import ChatApp
 from chatapp.ui.screens.chat import ChatScreen

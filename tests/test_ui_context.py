@@ -6,7 +6,7 @@ import pytest
 from helpers import SIZE, pane, send, status, submit, wait_until
 from scripted_engine import ScriptedEngine
 
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import ChatMessage, Finished, LoadOptions
 from chatapp.sampling import SamplerSettings
 from chatapp.ui.app import ChatApp

@@ -17,7 +17,7 @@ from test_sources import ollama_blob, ollama_manifest
 from test_ui_models import Host
 from textual.widgets import DataTable, Input, SelectionList, Static, TabbedContent
 
-from chatapp.engine.local import machine
+from chatapp import machine
 from chatapp.engine.protocol import LoadOptions
 from chatapp.models.bundled import smollm2_path
 from chatapp.models.hub import download

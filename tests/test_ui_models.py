@@ -8,7 +8,7 @@ import pytest
 from helpers import SIZE, BrokenEngine, Host, bundled, text_of, wait_until
 from textual.widgets import Button, DataTable, Input, SelectionList, Static
 
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
 from chatapp.models import fit
 from chatapp.ui.screens.compare import CompareScreen

@@ -7,7 +7,7 @@ from helpers import SIZE, pane, send, wait_until
 from scripted_engine import ScriptedEngine
 
 from chatapp.chat.recorder import ChatHistory
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
 from chatapp.history.store import Store
 from chatapp.sampling import SamplerSettings

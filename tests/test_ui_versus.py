@@ -11,7 +11,7 @@ from scripted_engine import ScriptedEngine
 from textual.worker import WorkerState
 
 from chatapp.chat.recorder import ChatHistory
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions, Token
 from chatapp.history.store import Store
 from chatapp.models import quantize

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineCrashed,

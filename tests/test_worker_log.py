@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chatapp.engine.local import worker_log
-from chatapp.engine.local.worker_log import WorkerLog
+from chatapp.engine.local.load import worker_log
+from chatapp.engine.local.load.worker_log import WorkerLog
 
 
 def test_worker_log_reads_only_this_workers_part(tmp_path: Path, monkeypatch) -> None:

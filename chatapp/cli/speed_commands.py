@@ -155,11 +155,11 @@ def bench(
 
         raise typer.Exit(print_busy_bench(options, tokens, depth, reps, llama_bench))
     if terminal:
-        from chatapp.ui.terminal_bench import print_terminal_bench
+        from chatapp.ui.bench.terminal_bench import print_terminal_bench
 
         raise typer.Exit(print_terminal_bench(options, tokens, reps, as_json, _size(size)))
     if ui:
-        from chatapp.ui.bench import run_ui_bench
+        from chatapp.ui.bench.headless_bench import run_ui_bench
 
         raise typer.Exit(run_ui_bench(options, tokens, reps, as_json))
     from chatapp.commands.bench import run_bench

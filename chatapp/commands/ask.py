@@ -19,7 +19,6 @@ from chatapp.chat.attachments import (
 )
 from chatapp.chat.session import ChatSession
 from chatapp.engine.factory import make_engine
-from chatapp.engine.grammar import load_grammar
 from chatapp.engine.protocol import (
     Candidate,
     Engine,
@@ -31,6 +30,7 @@ from chatapp.engine.protocol import (
     Notice,
     Token,
 )
+from chatapp.engine.schema_grammar import load_grammar
 from chatapp.engine.steer_library import steering_for
 from chatapp.engine.steering import Steering
 from chatapp.errors import UsageError

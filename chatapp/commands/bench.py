@@ -9,13 +9,14 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from chatapp import paths
-from chatapp.engine.local import huge_pages
-from chatapp.engine.local.cpu_load import OtherPrograms, disturbed
+from chatapp.commands.bench_run import Run
+from chatapp.cpu_load import OtherPrograms, disturbed
+from chatapp.engine.local.load import huge_pages
 from chatapp.engine.protocol import Finished, GenerateRequest, LoadOptions
 from chatapp.metrics import median
 from chatapp.sampling import SamplerSettings
@@ -36,14 +37,6 @@ TEXT = (
     "sea and wanted to come home. Long before electric lamps, fires burned on hills above "
     "harbours, and sailors learned to read the coast by night as others read a book. "
 )
-
-
-@dataclass
-class Run:
-    prefill_tps: float
-    decode_tps: float
-    tokens: int
-    crashed: str = ""  # the signal that killed a llama-bench run ("" = it ran)
 
 
 def _prompt_ids(engine, n: int, rep: int) -> tuple[int, ...]:
@@ -80,8 +73,8 @@ _BARE: LoadedModel | None = None
 
 def _lcp_init(options: LoadOptions, log_path: str) -> None:
     global _LLAMA
-    from chatapp.engine.local.llama_open import open_llama
-    from chatapp.engine.local.worker import redirect_output
+    from chatapp.engine.local.load.llama_open import open_llama
+    from chatapp.engine.local.process.worker import redirect_output
 
     redirect_output(log_path)
 
@@ -93,8 +86,8 @@ def _lcp_init(options: LoadOptions, log_path: str) -> None:
 
 def _bare_init(options: LoadOptions, log_path: str) -> None:
     global _BARE
-    from chatapp.engine.local.loaded_model import LoadedModel
-    from chatapp.engine.local.worker import redirect_output
+    from chatapp.engine.local.load.loaded_model import LoadedModel
+    from chatapp.engine.local.process.worker import redirect_output
 
     redirect_output(log_path)
 
@@ -162,7 +155,7 @@ def llama_bench_run(
 
     variant "fa0" / "fa1": flash attention off / on with the engine's threads and repack;
     "engine": as the engine runs, with its flash attention, its transparent huge pages
-    (engine/local/huge_pages.py: not a llama-bench flag, set for the process as the engine
+    (engine/local/load/huge_pages.py: not a llama-bench flag, set for the process as the engine
     sets them) and, `in_memory`, the weights read into memory (-lm none) as the engine read
     them; "default": llama-bench's own defaults (flash attention auto, its thread count,
     repack on), i.e. what llama.cpp does when nobody chooses."""

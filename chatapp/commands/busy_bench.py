@@ -13,7 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from chatapp.commands.ask import started_engine
-from chatapp.commands.bench import BENCH_SETTINGS, Run, _prompt_ids, llama_bench_run
+from chatapp.commands.bench import BENCH_SETTINGS, _prompt_ids, llama_bench_run
+from chatapp.commands.bench_run import Run
 from chatapp.engine.protocol import Finished, GenerateRequest, LoadOptions, Token
 from chatapp.metrics import median
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from chatapp.commands.ask import started_engine, started_local
-from chatapp.engine.inside import Inspection, InspectRequest
+from chatapp.engine.inspection import Inspection, InspectRequest
 from chatapp.engine.protocol import ChatMessage, EngineError, GenerateRequest, LoadOptions
 from chatapp.textsafe import printable, token_display
 

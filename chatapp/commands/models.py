@@ -12,7 +12,7 @@ from chatapp.commands.settings import resolve_model
 from chatapp.engine.protocol import ALL_GPU_LAYERS, EngineError, LoadOptions
 from chatapp.gguf.header import card_from_header, read_header
 from chatapp.models import fit
-from chatapp.models.model_card import card_rows
+from chatapp.models.card_rows import card_rows
 
 COMPARE_FORMATS = ("table", "json", "csv", "markdown")
 

@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from chatapp.commands.bench_run import Run
 from chatapp.engine.protocol import LoadOptions
 from chatapp.sampling import SamplerSettings
 
@@ -68,8 +69,6 @@ class LlamaServer:
         """One streamed completion of exactly n tokens after `prompt` (token ids, no cache
         reuse), with the top-10 probabilities of every token; llama-server's own timings."""
         import httpx
-
-        from chatapp.commands.bench import Run
 
         body = {
             "prompt": list(prompt), "n_predict": n, "stream": True, "n_probs": TOP_N,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
-from chatapp.engine.local import machine, tune
+from chatapp import machine
+from chatapp.engine.local.load import tune_measurements
 from chatapp.engine.protocol import LoadOptions
 
 
@@ -21,9 +22,9 @@ def run_tune(options: LoadOptions, tokens: int, depths: tuple[int, ...], as_json
         print(f"note: {note}", file=sys.stderr)
     probe.close()
     repacks = [True, False] if info.extra_buffers else [info.repack]
-    chosen_depths = tune.depths_for(options.n_ctx, tokens, depths)
-    configs = tune.configs(repacks)
-    results: list[tune.Measured] = []
+    chosen_depths = tune_measurements.depths_for(options.n_ctx, tokens, depths)
+    configs = tune_measurements.configs(repacks)
+    results: list[tune_measurements.Measured] = []
     with Progress(
         TextColumn("[bold]tune[/]"),
         BarColumn(),
@@ -39,13 +40,17 @@ def run_tune(options: LoadOptions, tokens: int, depths: tuple[int, ...], as_json
             def step(what: str) -> None:
                 bar.update(task, advance=1, description=what)
 
-            result = tune.measure_one(make_engine, options, config, chosen_depths, tokens, step)
+            result = tune_measurements.measure_one(
+                make_engine, options, config, chosen_depths, tokens, step
+            )
             if result.error:
                 bar.update(task, advance=len(chosen_depths) - len(result.decode))
             results.append(result)
-    winner = tune.best(results)
+    winner = tune_measurements.best(results)
     if winner is not None:
-        saved = tune.saved_form(winner, options, chosen_depths, info.gpu_offload_supported)
+        saved = tune_measurements.saved_form(
+            winner, options, chosen_depths, info.gpu_offload_supported
+        )
         machine.remember_tuned(options.model_path, saved)
     if as_json:
         print(json.dumps(_report(options, results, winner, chosen_depths), indent=2))

@@ -274,7 +274,7 @@ def candidate_rows(
     list shows the best raw candidates, each the grammar cut marked, and the grammar's best.
     Where top-k (or greedy) bounds what the chain keeps, the ranked tokens suffice; otherwise
     `vocab_cuts(ids0)` gives what _ranked_cuts gives, from chain_cuts over the whole
-    vocabulary (engine/local/candidates.py).
+    vocabulary (engine/local/loop/candidates.py).
     """
     rp = settings.repeat_penalty
     pen0 = penalized(raw0, _recent(ids0, recent) if rp != 1.0 else None, rp)

@@ -22,6 +22,6 @@ def make_engine(
         return RemoteEngine(server, **{k: v for k, v in remote.items() if v is not None})
     if options is None:
         raise ValueError("make_engine needs LoadOptions or a server")
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.local.process.local_engine import LocalEngine
 
     return LocalEngine(options, nice=nice)

@@ -4,32 +4,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from chatapp.engine.candidate_rows import Candidate
-from chatapp.errors import ChatappError
+from chatapp.engine.candidate_rows import Candidate as Candidate
+from chatapp.engine.engine_errors import EngineCrashed as EngineCrashed
+from chatapp.engine.engine_errors import EngineError as EngineError
+from chatapp.engine.inspection import Inspection, InspectRequest
+from chatapp.engine.request import ChatMessage as ChatMessage
+from chatapp.engine.request import GenerateRequest as GenerateRequest
+from chatapp.engine.request import Grammar as Grammar
+from chatapp.engine.steering import Steering
+from chatapp.engine.token_piece import TokenPiece as TokenPiece
 from chatapp.metrics import GenerationStats
 from chatapp.sampling import SamplerSettings
-
-if TYPE_CHECKING:
-    from chatapp.engine.inside import Inspection, InspectRequest
-    from chatapp.engine.steering import Steering
-
-
-class EngineError(ChatappError):
-    """A problem of the engine the user can act on (a load that failed, a full context, a dead
-    server); str() is a sentence. A file that is not a usable model is a ModelFileError."""
-
-
-class EngineCrashed(EngineError):
-    """The worker process died; carries the last lines of its log."""
-
-    def __init__(self, message: str, log_tail: str = "", exitcode: int | None = None) -> None:
-        super().__init__(message)
-        self.log_tail = log_tail
-        self.exitcode = exitcode
 
 
 class StopReason(StrEnum):
@@ -41,12 +30,6 @@ class StopReason(StrEnum):
     CANCELLED = "cancelled"
     CONTEXT_FULL = "context_full"
     ERROR = "error"
-
-
-@dataclass(frozen=True)
-class ChatMessage:
-    role: str  # "system" | "user" | "assistant"
-    content: str
 
 
 ALL_GPU_LAYERS = -1
@@ -83,7 +66,7 @@ class LoadOptions:
     """llama.cpp's extra CPU buffer types (AMX, CPU_REPACK weight repacking); None = on,
     unless they crashed on this machine and build (remembered) or the tune turned them off."""
     huge_pages: bool | None = None
-    """Transparent huge pages for the worker's large buffers (engine/local/huge_pages.py);
+    """Transparent huge pages for the worker's large buffers (engine/local/load/huge_pages.py);
     None = on where Linux offers them."""
     chat_template: str | None = None
     """A jinja chat template used instead of the file's own (None = the file's)."""
@@ -92,7 +75,7 @@ class LoadOptions:
     for speculative decoding (requests with draft="model")."""
     adapt_threads: bool = True
     """Follow the machine while decoding: fewer threads while another program takes a core,
-    back when it frees (engine/local/thread_governor.py). --threads N pins the count."""
+    back when it frees (engine/local/load/thread_governor.py). --threads N pins the count."""
 
     @property
     def threads(self) -> int:
@@ -133,54 +116,6 @@ def fills_the_cpu(info: ModelInfo, cores: int) -> bool:
     `cores`: then any other work on the machine, the UI's or the event pipe's, is taken from
     the model's speed."""
     return info.n_threads > 0 and info.n_gpu_layers < info.n_layers and info.n_threads >= cores
-
-
-@dataclass(frozen=True)
-class Grammar:
-    """A constraint the reply must follow: llama.cpp's GBNF text, written by hand (a .gbnf file)
-    or converted from a JSON schema (chatapp/engine/grammar.py)."""
-
-    gbnf: str
-    source: str = ""  # what it was made from, said in the status line: "schema person.json"
-    root: str = "root"
-
-
-@dataclass(frozen=True)
-class GenerateRequest:
-    """One reply to generate."""
-
-    messages: tuple[ChatMessage, ...]
-    settings: SamplerSettings = field(default_factory=SamplerSettings)
-    stop: tuple[str, ...] = ()
-    reply_prefix_ids: tuple[int, ...] = ()  # continue / rewind: the reply starts with these
-    top_n: int = 10  # candidates reported per token (0 = none)
-    ignore_eos: bool = False  # benchmarks: generate exactly max_tokens
-    raw_prompt: str | None = None  # skip the chat template (completion mode)
-    prompt_ids: tuple[int, ...] | None = None  # exact prompt tokens (benchmarks); no template
-    enable_thinking: bool | None = None  # the template's switch for reasoning (None: its own)
-    n_alternatives: int = 1
-    """Replies decoded together in one batch (2..8: "regenerate x N"); Token.seq says whose."""
-    draft: str = ""
-    """Speculative decoding: "ngram" (drafts looked up in the prompt and reply so far),
-    "model" (the draft model of LoadOptions), or "" (one token at a time)."""
-    grammar: Grammar | None = None
-    """Only replies this grammar accepts (llama.cpp's grammar sampler, before the others)."""
-    steering: Steering | None = None
-    """Control vectors added to the residual stream from the prompt on (engine/steering.py)."""
-
-
-@dataclass(frozen=True)
-class TokenPiece:
-    """One token of a text: its id, exact bytes, and whether llama.cpp marks it special
-    (control, user-defined or unknown: chat-template markers such as <|im_start|>)."""
-
-    id: int
-    piece: bytes
-    special: bool = False
-
-    @property
-    def text(self) -> str:
-        return self.piece.decode("utf-8", errors="replace")
 
 
 @dataclass(frozen=True)
@@ -326,7 +261,7 @@ class Engine(Protocol):
 
     def inspect(self, request: InspectRequest) -> Inspection:
         """Look inside the model at one token (logit lens, attention, embedding neighbours:
-        chatapp/engine/inside.py); raises EngineError with a sentence when it cannot
+        chatapp/engine/inspection.py); raises EngineError with a sentence when it cannot
         (InsideUnavailable: this engine has no such view)."""
         ...
 

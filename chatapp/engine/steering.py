@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from chatapp.engine.protocol import EngineError, TokenPiece
+from chatapp.engine.engine_errors import EngineError
+from chatapp.engine.token_piece import TokenPiece
 
 STRENGTH_LIMIT = 100.0
 """The largest strength taken (either sign); the panel's slider would offer -4..+4."""

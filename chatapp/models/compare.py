@@ -11,7 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
-from chatapp.engine.local.cpu_load import OtherPrograms, disturbed, share_of_cpu
+from chatapp.cpu_load import OtherPrograms, disturbed, share_of_cpu
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineError,

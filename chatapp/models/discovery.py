@@ -11,7 +11,7 @@ from chatapp import paths
 from chatapp.errors import ModelFileError
 from chatapp.gguf.header import inspect
 from chatapp.models import bundled
-from chatapp.models.sources import other_tools
+from chatapp.models.sources.every_tool import other_tools
 
 MAX_DEPTH = 4  # folder levels searched below each given folder
 

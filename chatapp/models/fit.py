@@ -8,9 +8,9 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 
-from chatapp.engine.local.machine import ram_available
 from chatapp.engine.protocol import ALL_GPU_LAYERS, gpu_layer_total, resolved_gpu_layers
 from chatapp.gguf.header import Header, card_from_header
+from chatapp.machine import ram_available
 
 GIB = 1024**3
 MIB = 1024**2

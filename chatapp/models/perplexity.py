@@ -14,7 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from chatapp import paths
-from chatapp.engine.local.perplexity import PerplexityJob, base_files, chunk_plan
+from chatapp.engine.local.loop.perplexity_scoring import PerplexityJob, base_files, chunk_plan
 from chatapp.engine.protocol import EngineError, LoadOptions
 
 MIN_COUNT = 10  # llama-perplexity's uncertainties need more than this many scored tokens

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from chatapp import paths
-from chatapp.engine.local.engine import real_std_streams
+from chatapp.engine.local.process.child import real_std_streams
 from chatapp.engine.protocol import EngineError
 from chatapp.errors import ModelFileError
 from chatapp.gguf.header import inspect

@@ -11,9 +11,9 @@ from textual.message_pump import MessagePump
 
 from chatapp.config import Config
 from chatapp.engine.factory import make_engine
-from chatapp.engine.local.machine import physical_cores
 from chatapp.engine.protocol import Engine, EngineCrashed, LoadOptions, ModelInfo
 from chatapp.errors import ChatappError
+from chatapp.machine import physical_cores
 from chatapp.ui import autotune_watch
 from chatapp.ui.streaming import SMOOTH, WORKER_NICE, Cadence, cadence_for
 

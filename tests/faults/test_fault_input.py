@@ -24,7 +24,7 @@ from helpers import (
 from scripted_engine import ScriptedEngine
 from textual import events
 
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import (
     LoadOptions,
 )

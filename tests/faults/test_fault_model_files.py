@@ -16,7 +16,7 @@ import pytest
 from gguf_builders import build, kv_str, tensor
 from helpers import SIZE, one_error_line, pane, run_cli, status, submit, type_text, wait_until
 
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
 from chatapp.models.bundled import smollm2_path
 from chatapp.ui.app import ChatApp

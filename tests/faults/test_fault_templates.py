@@ -9,9 +9,9 @@ import time
 import pytest
 from helpers import SIZE, pane, run_cli, submit, wait_until
 
-from chatapp.engine.local import loaded_model
-from chatapp.engine.local.engine import LocalEngine
-from chatapp.engine.local.timebound import call_with_timeout
+from chatapp.engine.local.load import loaded_model
+from chatapp.engine.local.load.timebound import call_with_timeout
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import (
     ChatMessage,
     Finished,

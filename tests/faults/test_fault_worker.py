@@ -11,7 +11,7 @@ from contextlib import suppress
 import pytest
 from helpers import SIZE, pane, status, submit, wait_until
 
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
 from chatapp.ui.app import ChatApp
 from chatapp.ui.widgets import conversation as pane_module

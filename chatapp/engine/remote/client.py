@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import httpx
 
-from chatapp.engine.inside import REMOTE_NOTE, InsideUnavailable, Inspection, InspectRequest
+from chatapp.engine.inspection import REMOTE_NOTE, InsideUnavailable, Inspection, InspectRequest
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineError,

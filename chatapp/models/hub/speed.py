@@ -56,7 +56,7 @@ def read_bandwidth(mib: int = 512, repeats: int = 5) -> float:
 
 
 def saved() -> Calibration | None:
-    from chatapp.engine.local import machine
+    from chatapp import machine
 
     data = machine.recall().get("decode_calibration")
     try:
@@ -101,7 +101,7 @@ def calibrate(options=None, force: bool = False) -> Calibration:
     found = None if force else saved()
     if found is not None:
         return found
-    from chatapp.engine.local import machine
+    from chatapp import machine
     from chatapp.gguf.header import inspect
 
     model = str(default_model())

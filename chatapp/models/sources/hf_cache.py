@@ -6,7 +6,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from chatapp.models.sources import Found
+from chatapp.models.sources.found import Found
 from chatapp.models.sources.quant_names import listed, quant_from_name, split_names
 
 SOURCE = "huggingface"

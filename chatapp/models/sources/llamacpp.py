@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from chatapp.models.sources import Found
+from chatapp.models.sources.found import Found
 from chatapp.models.sources.quant_names import listed
 
 SOURCE = "llama.cpp"

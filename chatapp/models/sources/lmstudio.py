@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from chatapp.models.sources import Found
+from chatapp.models.sources.found import Found
 from chatapp.models.sources.quant_names import listed
 
 SOURCE = "lmstudio"

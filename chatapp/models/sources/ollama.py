@@ -9,7 +9,7 @@ from pathlib import Path
 
 from chatapp import jsonfile
 from chatapp.errors import ModelFileError
-from chatapp.models.sources import Found
+from chatapp.models.sources.found import Found
 
 SOURCE = "ollama"
 MODEL_LAYER = "application/vnd.ollama.image.model"
@@ -176,8 +176,8 @@ def resolve_ollama(name: str, tag: str = "latest") -> Path:
     pull = f"run `ollama pull {label}`"
     dirs = models_dirs()
     parts = _parts(name, tag)
-    for root in _existing(dirs) if parts else []:
-        manifest = _manifest_file(root, parts)
+    manifests = ((r, _manifest_file(r, parts)) for r in _existing(dirs)) if parts else iter(())
+    for root, manifest in manifests:
         if manifest is None:
             continue
         try:

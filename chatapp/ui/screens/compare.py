@@ -23,6 +23,7 @@ from chatapp.models import compare, perplexity, quantize
 from chatapp.models.compare_runs import DEFAULT_KLD_BUDGET, best_tradeoff, tradeoff_line
 from chatapp.models.compare_runs import export_markdown as export_markdown
 from chatapp.models.discovery import ModelEntry, discover, entry
+from chatapp.models.resolve import local_path
 from chatapp.progress import progress_text
 from chatapp.ui.literal import literal
 from chatapp.ui.screens.compare_history import PastRunsScreen
@@ -33,7 +34,6 @@ from chatapp.ui.widgets.compare_view import (
     bars_content,
     file_label,
 )
-from chatapp.ui.widgets.hub_names import local_path
 
 QUANT_BUTTONS = ("Q8_0", "Q2_K")
 

@@ -8,8 +8,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from chatapp.engine.grammar import GrammarError, load_grammar
 from chatapp.engine.protocol import Grammar
+from chatapp.engine.schema_grammar import GrammarError, load_grammar
 from chatapp.ui.literal import literal
 
 CLEAR = "clear"

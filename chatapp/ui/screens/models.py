@@ -21,11 +21,11 @@ from chatapp.errors import ModelFileError
 from chatapp.gguf.header import ModelCard, card_from_header, read_header
 from chatapp.models import fit
 from chatapp.models.discovery import ModelEntry, discover
+from chatapp.models.resolve import local_model
 from chatapp.models.specs import ModelSpec
 from chatapp.ui.literal import cell, literal
 from chatapp.ui.widgets.get_models import GetModelsView
 from chatapp.ui.widgets.hub_downloads import DownloadState, HubFile
-from chatapp.ui.widgets.hub_names import local_model
 from chatapp.ui.widgets.model_card import CardView, FitView, machine_memory
 
 MIN_CTX, MAX_CTX = 64, 1 << 20

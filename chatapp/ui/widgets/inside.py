@@ -20,7 +20,7 @@ from textual.reactive import reactive, var
 from textual.widgets import Static
 
 from chatapp.chat.session import LiveReply
-from chatapp.engine.inside import Inspection, InspectRequest
+from chatapp.engine.inspection import Inspection, InspectRequest
 from chatapp.engine.protocol import Engine, EngineError, Token, TokenPiece
 from chatapp.textsafe import token_display
 from chatapp.ui.literal import literal

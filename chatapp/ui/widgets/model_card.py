@@ -9,7 +9,7 @@ from textual.widgets import Static
 from chatapp.engine.protocol import gpu_layer_total, resolved_gpu_layers
 from chatapp.gguf.header import ModelCard
 from chatapp.models import fit
-from chatapp.models.model_card import card_rows
+from chatapp.models.card_rows import card_rows
 from chatapp.ui.literal import literal, template
 
 

@@ -7,8 +7,8 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
-from chatapp.engine.local import machine
-from chatapp.engine.protocol import Finished, GenerateRequest, LoadOptions
+from chatapp import machine
+from chatapp.engine.protocol import Engine, Finished, GenerateRequest, LoadOptions
 from chatapp.sampling import SamplerSettings
 
 TEXT = (
@@ -81,7 +81,7 @@ def _prompt(engine, depth: int) -> tuple[int, ...]:
 
 
 def measure_one(
-    make_engine: Callable[[LoadOptions], object],
+    make_engine: Callable[[LoadOptions], Engine],
     options: LoadOptions,
     config: TuneChoice,
     depths: list[int],

@@ -27,7 +27,7 @@ _SCRATCH: dict[int, np.ndarray] = {}
 
 
 class RecentWindow(Container[int], Sized, Protocol):
-    """The penalty window (token_loop.RecentTokens): its tokens' counts."""
+    """The penalty window (row_sampling.RecentTokens): its tokens' counts."""
 
     counts: Mapping[int, int]
 
@@ -145,7 +145,7 @@ def top_candidates(
     tokens): for the steps whose facts alone cannot make them later, top-k off (the kept set
     reaches past the ranked tokens: `vocab` is then the row the chain sees, `logits` or a
     grammar's masked copy) or a grammar (`allowed` says which of `idx` it allows; the caller
-    ranks enough allowed tokens for top-k: engine/local/grammar.py).
+    ranks enough allowed tokens for top-k: engine/local/loop/grammar_sampler.py).
     """
     if idx is None or log_z is None:
         idx, log_z = rank(logits, ranked_size(settings, top_n, logits.shape[0]))
@@ -181,9 +181,10 @@ def vocab_cuts(
     window = np.fromiter(recent, dtype=np.int64) if rp != 1.0 and recent else None
     pen = vocab
     if window is not None and window.shape[0]:
-        pen = _PENALIZED.get(vocab.shape[0])  # (one buffer: rank's row cache keeps its grid)
-        if pen is None:
-            pen = _PENALIZED[vocab.shape[0]] = np.empty_like(vocab)
+        kept = _PENALIZED.get(vocab.shape[0])  # (one buffer: rank's row cache keeps its grid)
+        if kept is None:
+            kept = _PENALIZED[vocab.shape[0]] = np.empty_like(vocab)
+        pen = kept
         np.copyto(pen, vocab)
         seen = pen[window]
         pen[window] = np.where(seen > 0, seen / rp, seen * rp)
@@ -227,7 +228,7 @@ def step_facts(
     """What a step keeps for its candidate rows (candidate_rows.StepFacts), the rows made only
     when shown: the ranked tokens best first with their logits, which of them the penalty
     lowers, and the pieces of the first top_n + that many. Exact where top-k or greedy bounds
-    the kept set (token_loop.subset_exact); elsewhere use top_candidates.
+    the kept set (row_sampling.subset_exact); elsewhere use top_candidates.
 
     Only what the next decode would overwrite or the next token would change is taken now
     (the ranked tokens' raw logits, `raw` when the caller has them, and the penalty window);

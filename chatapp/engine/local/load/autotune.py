@@ -12,15 +12,16 @@ import ctypes
 import os
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from chatapp.engine.local import machine, tune
-from chatapp.engine.local.cpu_load import OtherPrograms, share_of_cpu
+from chatapp import machine
+from chatapp.cpu_load import OtherPrograms, share_of_cpu
+from chatapp.engine.local.load import tune_measurements
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.loaded_model import LoadedModel
+    from chatapp.engine.local.load.loaded_model import LoadedModel
 
 DECODE_TOKENS = 12  # tokens timed per configuration, depth and round (after one untimed)
 ROUNDS = 2  # each configuration is timed this often at each depth, interleaved
@@ -49,7 +50,7 @@ class Trial:
     @property
     def score(self) -> float:
         """Geometric mean over the depths, as `chatapp tune` scores."""
-        return tune.depth_score(self.rates)
+        return tune_measurements.depth_score(self.rates)
 
     def label(self) -> str:
         threads = f"{self.threads} thread" + ("s" if self.threads != 1 else "")
@@ -65,7 +66,7 @@ class AutoTune:
         self.n_gpu_layers = n_gpu_layers
         current = w.info
         fas = [False, True] if free.get("flash_attn") else [bool(current.flash_attn)]
-        threads = tune.thread_counts() if free.get("threads") else [current.n_threads]
+        threads = tune_measurements.thread_counts() if free.get("threads") else [current.n_threads]
         self.trials = [Trial(fa, t) for fa in fas for t in threads]
         self.total = len(self.trials) * 2 * ROUNDS
         self.done = 0
@@ -86,7 +87,7 @@ class AutoTune:
     def stop(self) -> None:
         self._slices.close()  # frees a scratch context still open
 
-    def _run(self) -> Iterator[None]:
+    def _run(self) -> Generator[None, None, None]:
         self._others = OtherPrograms(children=False)
         ids = self._filler(DEEP + DECODE_TOKENS + 2)
         # One scratch context per flash attention setting, both open, and the trials taken
@@ -123,7 +124,7 @@ class AutoTune:
                 lib.llama_memory_seq_rm(mem, -1, depth, -1)  # back to the same depth each time
                 yield from self._time(contexts[trial.flash_attn], trial, depth, ids)
 
-    def _fill(self, ctx, ids: list[int], limit: int) -> Iterator[None]:
+    def _fill(self, ctx, ids: list[int], limit: int) -> Generator[None, None, int]:
         """Prefill a scratch context up to `limit` tokens, in slices, within the budget of
         PREFILL_BUDGET_S; returns the depth reached."""
         lib = self.w.lib
@@ -163,7 +164,7 @@ class AutoTune:
         return ctx
 
     def _filler(self, n: int) -> list[int]:
-        ids = self.w.tokenize(tune.TEXT * (2 + n // 30), add_bos=False, special=False)
+        ids = self.w.tokenize(tune_measurements.TEXT * (2 + n // 30), add_bos=False, special=False)
         return (ids * (1 + n // max(len(ids), 1)))[:n]
 
     def _finish(self) -> None:

@@ -9,9 +9,9 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from chatapp.engine.inside import InspectRequest
-    from chatapp.engine.local.inspector import Inspector
-    from chatapp.engine.local.loaded_model import LoadedModel
+    from chatapp.engine.inspection import InspectRequest
+    from chatapp.engine.local.inside.inspector import Inspector
+    from chatapp.engine.local.load.loaded_model import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def answer(worker: LoadedModel, inspector: list, msg: tuple) -> Any:
         if msg[0] == "inspect":
             return inspect(worker, inspector, msg[1])
         if msg[0] in ("steer_residuals", "steer_meter"):
-            from chatapp.engine.local.steering import side_call
+            from chatapp.engine.local.inside.context_steering import side_call
 
             return side_call(worker, inspector, msg)
         return SideFailure(f"the model worker got an unknown request ({msg[0]!r})")
@@ -75,8 +75,8 @@ def _send(side: Connection, reply: Any) -> None:
 
 
 def inspect(worker: LoadedModel, made: list, request: InspectRequest):
-    """One capture (engine/local/inspector.py), or a sentence saying why not."""
-    from chatapp.engine.local.inspector import Inspector, InspectorError
+    """One capture (engine/local/inside/inspector.py), or a sentence saying why not."""
+    from chatapp.engine.local.inside.inspector import Inspector, InspectorError
 
     try:
         tokens = list(request.tokens)

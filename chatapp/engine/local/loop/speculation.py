@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from chatapp.engine.local.drafts import DraftPolicy
+from chatapp.engine.local.loop.drafts import DraftPolicy
 
 PROBE_EVERY = 32  # tokens a draft model goes without drafting before it tries again
 PROBE_LENGTH = 4
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.loaded_model import LoadedModel
+    from chatapp.engine.local.load.loaded_model import LoadedModel
 
 
 class Speculation:

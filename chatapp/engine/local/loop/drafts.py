@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.loaded_model import LoadedModel
+    from chatapp.engine.local.load.loaded_model import LoadedModel
 
 NGRAM_MAX = 4  # the longest n-gram looked up (longer matches are tried first)
 NGRAM_MIN = 2  # the shortest anywhere: a single token repeats too often to predict anything

@@ -3,7 +3,7 @@
 A capture looks at one position of a token sequence: the residual stream after each layer read
 through the model's own final norm and output matrix (the *logit lens*), the attention
 probabilities of that position over the earlier ones, and the nearest tokens to the chosen
-token in the embedding space. engine/local/inspector.py makes them in the worker.
+token in the embedding space. engine/local/inside/inspector.py makes them in the worker.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from chatapp.engine.protocol import EngineError, GenerateRequest
+from chatapp.engine.engine_errors import EngineError
+from chatapp.engine.request import GenerateRequest
 
 REMOTE_NOTE = (
     "a server only sends its tokens and probabilities, so it has no view of the model's layers, "

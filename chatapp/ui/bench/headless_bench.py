@@ -138,7 +138,7 @@ def run_ui_bench(options: LoadOptions, tokens: int, reps: int, as_json: bool) ->
     import shutil
     import sys
 
-    from chatapp.ui.terminal_bench import print_terminal_report, run_terminal_bench
+    from chatapp.ui.bench.terminal_bench import print_terminal_report, run_terminal_bench
 
     try:
         report = asyncio.run(_bench(options, tokens, reps))

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from chatapp.engine.local.candidates import rank, token_logprob, top_candidates
+from chatapp.engine.local.loop.candidates import rank, token_logprob, top_candidates
 from chatapp.engine.protocol import GenerateRequest, Grammar
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.loaded_model import LoadedModel
+    from chatapp.engine.local.load.loaded_model import LoadedModel
     from chatapp.sampling import SamplerSettings
 
 DTYPE = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])  # llama_token_data
@@ -60,7 +60,7 @@ class GrammarSampler:
             )
         self.banned = frozenset(banned)  # tokens the chain bans (EOG when ignoring it)
         self.sub, self.sub_arr = self._buffer(256)
-        self.full = None  # the whole vocabulary's buffer, made on first need
+        self.full: np.ndarray | None = None  # the whole vocabulary's buffer, made on first need
         self.masked = np.empty(0, dtype=np.float32)
         self.one, self.one_arr = self._buffer(1)
         self.full_passes = 0  # steps that needed the whole vocabulary (speed notes, tests)
@@ -104,10 +104,11 @@ class GrammarSampler:
             self.full, self.full_arr = self._buffer(self.n_vocab)
             self.ids = np.arange(self.n_vocab, dtype=np.int32)
             self.masked = np.empty(self.n_vocab, dtype=np.float32)
-        self.full["id"] = self.ids
-        self.full["logit"] = logits
+        full = self.full
+        full["id"] = self.ids
+        full["logit"] = logits
         self._apply(self.smpl, self.full_arr, self.n_vocab)
-        np.copyto(self.masked, self.full["logit"])
+        np.copyto(self.masked, full["logit"])
         self.full_passes += 1
         return self.masked
 
@@ -118,7 +119,8 @@ class GrammarSampler:
             return -1
         self._apply(chain, self.full_arr, self.n_vocab)  # (the chain may reorder the buffer)
         sel = self.full_arr.selected
-        tok = int(self.full["id"][sel]) if 0 <= sel < self.n_vocab else -1
+        full = self.full
+        tok = int(full["id"][sel]) if full is not None and 0 <= sel < self.n_vocab else -1
         if tok < 0 or not np.isfinite(self.masked[tok]):
             return -1
         self.lib.llama_sampler_accept(chain, tok)
@@ -188,9 +190,9 @@ def sample_with_grammar(
     top_n: int,
     exact: bool,
 ):
-    """sample_row (token_loop.py) under a grammar: the token (-1 when the grammar allows nothing
+    """sample_row (row_sampling.py) under a grammar: the token (-1 when the grammar allows nothing
     more), the candidates with the grammar's cut, the token's raw log-probability. `exact`:
-    whether the ranked subset suffices without a grammar (token_loop.subset_exact)."""
+    whether the ranked subset suffices without a grammar (row_sampling.subset_exact)."""
     logits = w.logits(row)
     idx, log_z = rank(logits, m, top_n > 0)
     ok = grammar.allowed(logits, idx)

@@ -22,8 +22,8 @@ from chatapp.engine.steer_library import check_width
 from chatapp.engine.steering import STEERING_OFF, Steering, SteeringError
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.inspector import Inspector
-    from chatapp.engine.local.loaded_model import LoadedModel
+    from chatapp.engine.local.inside.inspector import Inspector
+    from chatapp.engine.local.load.loaded_model import LoadedModel
 
 _OFF_KEY: tuple = ()
 
@@ -125,7 +125,7 @@ def streams(inspector: Inspector, tokens: list[int]) -> np.ndarray:
     """The residual stream out of blocks 0..n_layers-2 at every token: [layers, tokens, n_embd]
     (the last block's is left out: llama.cpp computes it for the output rows only, and no
     direction is added after it)."""
-    from chatapp.engine.local.inspector import InspectorError
+    from chatapp.engine.local.inside.inspector import InspectorError
 
     if not tokens:
         raise InspectorError("there are no tokens to read")
@@ -193,7 +193,7 @@ def meter(w: LoadedModel, inspector: Inspector, text: str, units: np.ndarray):
 def side_call(w: LoadedModel, made: list, msg: tuple):
     """A steering request on the side pipe ("steer_residuals" or "steer_meter"): its answer,
     or a sentence saying why not."""
-    from chatapp.engine.local.inspector import Inspector, InspectorError
+    from chatapp.engine.local.inside.inspector import Inspector, InspectorError
 
     try:
         if not made:

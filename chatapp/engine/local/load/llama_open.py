@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from chatapp.engine.local import huge_pages
-from chatapp.engine.local.machine import ram_available
+from chatapp.engine.local.load import huge_pages
 from chatapp.engine.protocol import LoadOptions
+from chatapp.machine import ram_available
 
 PARALLEL_SEQUENCES = 8  # sequences a context holds: the most replies decoded together
 
@@ -84,12 +84,12 @@ def _load_params(extra_bufts: bool, auto_fa: bool):
         return context_class(*args, **kwargs)
 
     llama_cpp.llama_cpp.llama_model_default_params = model_params
-    _internals.LlamaContext = context
+    _internals.LlamaContext = context  # type: ignore[misc, assignment]  # (put back below)
     try:
         yield
     finally:
         llama_cpp.llama_cpp.llama_model_default_params = model_defaults
-        _internals.LlamaContext = context_class
+        _internals.LlamaContext = context_class  # type: ignore[misc]
 
 
 def fill_batch(b, tokens: list[int], n_past: int, logits_all: bool = False) -> None:

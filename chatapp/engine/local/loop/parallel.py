@@ -6,38 +6,31 @@ import codecs
 import time
 from typing import TYPE_CHECKING
 
-from chatapp.engine.local.candidates import ranked_size
-from chatapp.engine.local.grammar import GrammarUnusable, start_grammar
-from chatapp.engine.local.token_loop import (
-    Generation,
-    RecentTokens,
-    SubsetSampler,
-    build_chain,
-    sample_row,
-)
-from chatapp.engine.protocol import (
-    Failed,
-    Finished,
-    SettingsApplied,
-    StopReason,
-    Token,
-)
-from chatapp.metrics import stats_from_times
+from chatapp.engine.local.loop.candidates import ranked_size
+from chatapp.engine.local.loop.reply_loop import ReplyLoop
+from chatapp.engine.local.loop.row_sampling import ReplySampler, SubsetSampler, sample_row
+from chatapp.engine.protocol import Failed, Finished, StopReason, Token
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.loaded_model import LoadedModel
+    from chatapp.engine.local.load.loaded_model import LoadedModel
+    from chatapp.engine.local.loop.grammar_sampler import GrammarSampler
 
 
 class Sequence:
-    """One of the replies: its chain, its tokens, its position, whether it has ended."""
+    """One of the replies: its sampler, its tokens, its position, whether it has ended."""
 
     def __init__(
-        self, w: LoadedModel, seq: int, settings, history: list[int], ignore_eos: bool, grammar
+        self,
+        w: LoadedModel,
+        seq: int,
+        settings,
+        history: list[int],
+        ignore_eos: bool,
+        grammar: GrammarSampler | None,
     ):
         self.seq = seq
-        self.grammar = grammar  # its own grammar state (a GrammarSampler), or None
-        self.chain = build_chain(w, settings.with_(seed=settings.seed + seq), history, ignore_eos)
-        self.recent = RecentTokens(history, settings.repeat_last_n)
+        self.grammar = grammar  # its own grammar state, or None
+        self.sampler = ReplySampler(w, settings, history, ignore_eos, seq)
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.parts: list[str] = []
         self.tokens: list[int] = []
@@ -47,7 +40,7 @@ class Sequence:
         self.reason: StopReason | None = None
 
 
-class ParallelGeneration(Generation):
+class ParallelGeneration(ReplyLoop):
     """`n_alternatives` replies decoded together: one llama_decode per step carries a token of
     each reply still going (the batching lesson: the weights are read once for all of them).
 
@@ -74,10 +67,8 @@ class ParallelGeneration(Generation):
             lib.llama_memory_seq_rm(w.mem, s, -1, -1)
             lib.llama_memory_seq_cp(w.mem, 0, s, -1, -1)
         settings = self.settings
-        try:
-            grammars = [start_grammar(w, req, []) for _ in range(n)]
-        except GrammarUnusable as exc:
-            self.send(Failed(str(exc)), flush=True)
+        grammars = self.start_grammars(n, [])
+        if grammars is None:
             return
         seqs = [Sequence(w, s, settings, prompt, req.ignore_eos, grammars[s]) for s in range(n)]
         subset = SubsetSampler(lib, 256)
@@ -86,17 +77,12 @@ class ParallelGeneration(Generation):
         try:
             while True:
                 self.check_pipe()
-                if self.new_settings is not None:
-                    settings, self.new_settings = self.new_settings, None
-                    for q in seqs:
-                        lib.llama_sampler_free(q.chain)
-                        history = prompt + q.tokens
-                        q.chain = build_chain(
-                            w, settings.with_(seed=settings.seed + q.seq), history, req.ignore_eos
-                        )
-                        q.recent = RecentTokens(history, settings.repeat_last_n)
+                changed = self.take_new_settings(
+                    lambda: [(q.sampler, prompt + q.tokens) for q in seqs], index
+                )
+                if changed is not None:
+                    settings = changed
                     m = ranked_size(settings, req.top_n, w.n_vocab)
-                    self.send(SettingsApplied(settings, index), flush=True)
                 live = [q for q in seqs if q.reason is None]
                 if self.cancelled:
                     for q in live:
@@ -117,7 +103,7 @@ class ParallelGeneration(Generation):
                 index += 1
         finally:
             for q in seqs:
-                lib.llama_sampler_free(q.chain)
+                q.sampler.free()
                 if q.grammar is not None:
                     q.grammar.free()
             for s in range(1, n):
@@ -126,16 +112,7 @@ class ParallelGeneration(Generation):
         w.kv_tokens = prompt + first.tokens[: first.pos - len(prompt)]
         lib.llama_memory_seq_rm(w.mem, 0, len(w.kv_tokens), -1)
         times = sorted(t for q in seqs for t in q.times)
-        stats = stats_from_times(
-            t_request=t_request,
-            t_prefill_start=t_prefill,
-            t_prefill_end=t_prefill_end,
-            token_times=times,
-            prompt_tokens=len(prompt),
-            prompt_evaluated=n_new,
-            n_past=len(w.kv_tokens),
-            n_ctx=w.n_ctx,
-        )
+        stats = self.stats((t_request, t_prefill, t_prefill_end), times, len(prompt), n_new)
         texts = tuple("".join(q.parts) for q in seqs)
         reasons = tuple(str(q.reason or StopReason.MAX_TOKENS) for q in seqs)
         self.send(
@@ -156,7 +133,7 @@ class ParallelGeneration(Generation):
             q.reason = StopReason.MAX_TOKENS
             return
         tok, cands, logprob = sample_row(
-            w, q.chain, subset, q.row, settings, q.recent, m, req.top_n, q.grammar
+            w, q.sampler.chain, subset, q.row, settings, q.sampler.recent, m, req.top_n, q.grammar
         )
         t_tok = time.perf_counter()
         if tok < 0:  # its grammar allows nothing more
@@ -167,7 +144,7 @@ class ParallelGeneration(Generation):
             return
         q.times.append(t_tok)
         q.tokens.append(tok)
-        q.recent.push(tok)
+        q.sampler.recent.push(tok)
         piece = w.piece(tok)
         delta = q.decoder.decode(piece)
         q.parts.append(delta)

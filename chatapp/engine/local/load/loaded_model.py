@@ -10,13 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from chatapp.engine.local import huge_pages, template
-from chatapp.engine.local.cpu_load import OtherPrograms
-from chatapp.engine.local.llama_open import fill_batch, open_llama
-from chatapp.engine.local.steering import ContextSteering
-from chatapp.engine.local.thread_governor import ThreadGovernor
-from chatapp.engine.local.timebound import call_with_timeout
-from chatapp.engine.local.worker_log import (
+from chatapp.cpu_load import OtherPrograms
+from chatapp.engine.local.load import chat_template, huge_pages
+from chatapp.engine.local.load.llama_open import fill_batch, open_llama
+from chatapp.engine.local.load.thread_governor import ThreadGovernor
+from chatapp.engine.local.load.timebound import call_with_timeout
+from chatapp.engine.local.load.worker_log import (
     extra_buffers_from_log,
     flash_attn_from_log,
     offloaded_from_log,
@@ -73,9 +72,8 @@ class LoadedModel:
         meta = self.llama.metadata
         self.chat_template = options.chat_template or meta.get("tokenizer.chat_template", "")
         self.noted: set[str] = set()  # notices said once per loaded model (FOLDED_SYSTEM_NOTE)
+        self.batch_costs: dict[int, float] = {}  # rows -> seconds a batch takes (speculation)
         self.autotune_status: dict | None = None  # the tune on first use (autotune.py), if any
-        self.draft_worker: LoadedModel | None = None  # the draft model (LoadOptions.draft_model)
-        self._drafters: dict[str, object] = {}
         self.bos_id = llama_cpp.llama_vocab_bos(self.vocab)
         self.eos_id = llama_cpp.llama_vocab_eos(self.vocab)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
@@ -107,7 +105,6 @@ class LoadedModel:
             weights_in_memory=self.llama.model_params.load_mode == llama_cpp.LLAMA_LOAD_MODE_NONE,
             n_embd=llama_cpp.llama_model_n_embd(self.model),
         )
-        self.steering = ContextSteering(self)  # the control vector on the context (none yet)
 
     def _governor(self, most: int, adapt: bool, cpu_bound: bool) -> ThreadGovernor | None:
         """The live thread count's keeper, where the CPU runs (some of) the model with more
@@ -165,51 +162,6 @@ class LoadedModel:
             self.governor = self._governor(threads, True, True)
         self.options = replace(self.options, flash_attn=bool(flash_attn), n_threads=threads)
         self.info = replace(self.info, flash_attn=bool(flash_attn), n_threads=threads, tuned=True)
-
-    def load_draft(self, path: str) -> str:
-        """Load the draft model beside this one; returns why it cannot draft ('' if it can)."""
-        from dataclasses import replace
-
-        from chatapp.engine.local.drafts import ModelDrafter, vocab_mismatch
-
-        options = replace(
-            self.options, model_path=path, draft_model=None, chat_template=None, n_ctx=self.n_ctx
-        )
-        draft = LoadedModel(options)
-        if draft.warm_up() != 0:
-            return f"could not load the draft model {path}: llama.cpp's first decode failed"
-        why = vocab_mismatch(self, draft)
-        if why:
-            return (
-                f"{path} cannot draft for {self.options.model_path}: {why}; a draft model "
-                "needs the same vocabulary (a smaller quant or a smaller model of the family)"
-            )
-        self.draft_worker = draft
-        self._drafters["model"] = ModelDrafter(draft)
-        self.info = replace(self.info, draft_model=path)
-        return ""
-
-    def drafter(self, kind: str):
-        """The drafter a request asks for ("ngram", "model", "": none) and a notice, said once,
-        when it cannot have it."""
-        from chatapp.engine.local.drafts import NgramDrafter
-
-        if not kind:
-            return None, ""
-        if kind == "ngram" and "ngram" not in self._drafters:
-            self._drafters["ngram"] = NgramDrafter()
-        found = self._drafters.get(kind)
-        if found is not None:
-            return found, ""
-        note = (
-            "no draft model is loaded (start with --draft MODEL.gguf); decoding one token at a time"
-            if kind == "model"
-            else f"unknown draft source {kind!r}; decoding one token at a time"
-        )
-        if note in self.noted:
-            return None, ""
-        self.noted.add(note)
-        return None, note
 
     def described(self, log_text: str) -> ModelInfo:
         """The load's facts that only llama.cpp's log tells: GPU layers, flash attention as
@@ -350,20 +302,20 @@ class LoadedModel:
         if self.chat_template:
             try:
                 rendered = self._render_bounded(self.chat_template, req)
-            except (template.TemplateError, TimeoutError) as exc:
+            except (chat_template.TemplateError, TimeoutError) as exc:
                 warning = f"the model's chat template failed ({exc}); using a plain template"
             else:
                 return rendered.text, FOLDED_SYSTEM_NOTE if rendered.folded_system else ""
         else:
             warning = "this model has no chat template; using a plain template"
-        return template.render_fallback(req.messages), warning
+        return chat_template.render_fallback(req.messages), warning
 
-    def _render_bounded(self, source: str, req: GenerateRequest) -> template.Rendered:
+    def _render_bounded(self, source: str, req: GenerateRequest) -> chat_template.Rendered:
         """The model's template, stopped after TEMPLATE_TIMEOUT_S (it comes from the file)."""
         bos = self.piece(self.bos_id).decode("utf-8", "replace") if self.bos_id >= 0 else ""
         eos = self.piece(self.eos_id).decode("utf-8", "replace") if self.eos_id >= 0 else ""
         return call_with_timeout(
-            lambda: template.render(
+            lambda: chat_template.render(
                 source,
                 req.messages,
                 bos_token=bos,

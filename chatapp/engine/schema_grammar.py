@@ -12,6 +12,7 @@ import importlib.util
 import re
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from chatapp import jsonfile, paths
 from chatapp.engine.int_range import int_bounds, int_range_rule
@@ -56,7 +57,7 @@ def _converter_class():
     """The converter with bounded integers, a place named on any failure, and $refs that
     resolve to the node they name (its own resolution reuses any rule of the ref's last
     name: a $defs entry named `space` or `string` became that built-in rule)."""
-    mod = _converter_module()
+    mod: Any = _converter_module()  # llama-cpp-python's file, loaded by path
 
     class Converter(mod.SchemaConverter):
         def __init__(self, check: SchemaCheck) -> None:

@@ -7,12 +7,13 @@ import sys
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
-from chatapp.engine.local import perplexity, side_pipe
-from chatapp.engine.local.autotune import AutoTune
-from chatapp.engine.local.loaded_model import LoadedModel
-from chatapp.engine.local.parallel import ParallelGeneration
-from chatapp.engine.local.token_loop import Generation
-from chatapp.engine.local.worker_log import WorkerLog, load_error_from_log
+from chatapp.engine.local.load.autotune import AutoTune
+from chatapp.engine.local.load.worker_log import WorkerLog, load_error_from_log
+from chatapp.engine.local.loop import perplexity_scoring
+from chatapp.engine.local.loop.parallel import ParallelGeneration
+from chatapp.engine.local.loop.serving_model import ServingModel
+from chatapp.engine.local.loop.token_loop import Generation
+from chatapp.engine.local.process import side_pipe
 from chatapp.engine.protocol import Failed, LoadOptions
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def main(
     log = WorkerLog(log_path)
     log.mark()
     try:
-        worker = LoadedModel(options)
+        worker = ServingModel(options)
     except Exception as exc:  # every load failure becomes one message
         reason = _load_error(options.model_path, exc, log.text())
         conn.send(("load_failed", reason))
@@ -112,7 +113,7 @@ def _load_error(path: str, exc: Exception, log_text: str = "") -> str:
     return f"could not load {path}: {reason}"
 
 
-def serve(worker: LoadedModel, conn: Connection, tuning: c_byte | None = None) -> None:
+def serve(worker: ServingModel, conn: Connection, tuning: c_byte | None = None) -> None:
     """The main pipe: replies and scoring, one at a time, until "close" or the pipe ends.
     While nothing is asked, a tune on first use (autotune) goes on in short slices."""
     tuner: AutoTune | None = None
@@ -145,7 +146,7 @@ def serve(worker: LoadedModel, conn: Connection, tuning: c_byte | None = None) -
             conn.send(("scored", worker.score(msg[1])))
         elif kind == "perplexity":
             report = lambda done, total, s: conn.send(("ppl_progress", done, total, s))  # noqa: E731
-            conn.send(("ppl_done", perplexity.run(worker, msg[1], report)))
+            conn.send(("ppl_done", perplexity_scoring.run(worker, msg[1], report)))
         elif kind == "close":
             return
         # "cancel" and "settings" that arrive between replies are stale: ignore them

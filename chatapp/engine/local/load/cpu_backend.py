@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from dataclasses import replace
 
-from chatapp.engine.local import machine
+from chatapp import machine
 from chatapp.engine.protocol import LoadOptions
 
 CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGILL, signal.SIGBUS)

@@ -6,12 +6,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.loaded_model import LoadedModel
+    from chatapp.engine.local.load.loaded_model import LoadedModel
 
 ROWS = 64  # logit rows turned into statistics at a time (float64 copies of n_vocab columns)
 
@@ -169,7 +169,7 @@ def run(
     if job.write_base:
         base.flush()
         del base
-    result = {key: np.concatenate(parts) for key, parts in out.items()}
+    result: dict[str, Any] = {key: np.concatenate(parts) for key, parts in out.items()}
     if job.write_base:
         np.save(nll_file, result["nll"])  # last: its presence says the cache is complete
     result["n_tokens"] = len(tokens)

@@ -129,7 +129,8 @@ def _update_entry(change: Callable[[dict[str, Any]], None]) -> None:
 
     def apply(data: dict[str, Any]) -> None:
         key = _entry_key()
-        entry = data.get(key) if isinstance(data.get(key), dict) else {}
+        found = data.get(key)
+        entry: dict[str, Any] = found if isinstance(found, dict) else {}
         change(entry)
         data[key] = entry
 
@@ -149,7 +150,8 @@ def _remember_for_file(field: str, model_path: str, value: Any) -> None:
     key = file_key(model_path)
 
     def change(entry: dict[str, Any]) -> None:
-        table = entry.get(field) if isinstance(entry.get(field), dict) else {}
+        found = entry.get(field)
+        table: dict[str, Any] = found if isinstance(found, dict) else {}
         entry[field] = {**table, key: value}
 
     _update_entry(change)

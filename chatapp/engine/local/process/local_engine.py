@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing as mp
-import os
-import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
 
-from chatapp import paths
+from chatapp import machine, paths
 from chatapp.engine.control_vector import ControlVector
-from chatapp.engine.inside import Inspection, InspectRequest
-from chatapp.engine.local import cpu_backend, gpu_fallback, huge_pages, machine, side_pipe
-from chatapp.engine.local.perplexity import PerplexityJob
-from chatapp.engine.local.worker_log import WorkerLog, extra_buffers_from_log, useful_lines
+from chatapp.engine.inspection import Inspection, InspectRequest
+from chatapp.engine.local.load import cpu_backend, gpu_fallback, huge_pages
+from chatapp.engine.local.load.worker_log import WorkerLog, extra_buffers_from_log, useful_lines
+from chatapp.engine.local.loop.perplexity_scoring import PerplexityJob
+from chatapp.engine.local.process import side_pipe
+from chatapp.engine.local.process.child import check_model_file, exit_words, real_std_streams
 from chatapp.engine.protocol import (
     ChatMessage,
     EngineCrashed,
@@ -44,18 +43,6 @@ SIDE_PIPE_ENDED = (
 )
 
 
-def check_model_file(path: str) -> None:
-    """Refuse what is plainly not a model file before a worker is spawned.
-
-    The same checks and words as `chatapp inspect` (gguf_header.validate): a missing file, a
-    directory, a FIFO (never opened: that would block), an HTML page from a failed download, a
-    bad header; each a ModelFileError, one sentence naming the file.
-    """
-    from chatapp.gguf.header import validate
-
-    validate(path)
-
-
 class LocalEngine:
     """A model running in a child process. Generation calls come from one thread at a time;
     cancel() and update_settings() may come from any thread."""
@@ -66,8 +53,8 @@ class LocalEngine:
         self.info: ModelInfo | None = None
         self.log = WorkerLog(paths.log_dir() / "worker.log")
         self._proc: mp.process.BaseProcess | None = None
-        self._conn = None
-        self._side = None
+        self._conn: Connection | None = None  # the main pipe (replies), while a worker runs
+        self._side: Connection | None = None  # the side pipe (tokenize, captures)
         self._send_lock = threading.Lock()
         self._side_lock = threading.Lock()
         self._kill_reason = ""
@@ -124,7 +111,7 @@ class LocalEngine:
         except EngineCrashed as exc:
             sig = cpu_backend.crash_signal(exc.exitcode)
             buffers = extra_buffers_from_log(self.log.text())
-            if not cpu_backend.retry_without_buffers(
+            if sig is None or not cpu_backend.retry_without_buffers(
                 sig, buffers, bool(options.repack), self.options.repack is True
             ):
                 raise
@@ -143,7 +130,7 @@ class LocalEngine:
         side_parent, side_child = ctx.Pipe()
         self._tuning_now = ctx.Value("b", 0, lock=False)  # no lock: one writer, one byte
         self.log.begin()
-        from chatapp.engine.local import worker
+        from chatapp.engine.local.process import worker
 
         proc = ctx.Process(
             target=worker.main,
@@ -196,7 +183,7 @@ class LocalEngine:
         if proc.is_alive():
             try:
                 with self._send_lock:
-                    self._conn.send(("close",))
+                    self._pipe().send(("close",))
             except (OSError, ValueError):
                 pass
             proc.join(timeout=2.0)
@@ -205,7 +192,8 @@ class LocalEngine:
             proc.join(timeout=2.0)
         for conn in (self._conn, self._side):
             try:
-                conn.close()
+                if conn is not None:
+                    conn.close()
             except OSError:
                 pass
         self.info = None
@@ -231,25 +219,33 @@ class LocalEngine:
             raise self._crashed("the model worker is not running")
         with self._send_lock:
             try:
-                self._conn.send(msg)
+                self._pipe().send(msg)
             except (OSError, ValueError) as exc:
                 raise self._crashed("the model worker stopped") from exc
 
     def _recv(self, timeout: float | None = None, what: str = "writing a reply"):
         deadline = None if timeout is None else time.monotonic() + timeout
+        conn = self._pipe()
         while True:
             try:
-                if self._conn.poll(POLL_S):
-                    return self._conn.recv()
+                if conn.poll(POLL_S):
+                    return conn.recv()
             except (EOFError, OSError) as exc:
                 raise self._crashed(self._death(what)) from exc
             if self._proc is None or not self._proc.is_alive():
-                if self._conn.poll(0):
+                if conn.poll(0):
                     continue  # read what it sent before it ended
                 raise self._crashed(self._death(what))
             if deadline is not None and time.monotonic() > deadline:
                 self.kill(f"it did not answer while {what}")
                 raise self._crashed(self._death(what))
+
+    def _pipe(self, side: bool = False) -> Connection:
+        """The worker's main (or side) pipe; there is one from its spawn on."""
+        conn = self._side if side else self._conn
+        if conn is None:
+            raise self._crashed("the model worker is not running")
+        return conn
 
     def _death(self, what: str) -> str:
         if self._kill_reason:
@@ -276,7 +272,7 @@ class LocalEngine:
             # Its first reply: the backend's first real compute. The next start goes without.
             machine.remember(repack_crash=cpu_backend.backend_name(buffers))
             cause = cpu_backend.fallback_notice(buffers, sig, now=False)
-        if tune_crash:
+        if tune_crash and code:  # (a tune's crash has an exit code: _tune_crashed_it)
             self._tune_crash = exit_words(code)
             machine.remember_tune_crash(self.options.model_path, self._tune_crash)
             cause = "this file is not tuned on first use again here (`chatapp tune` still can)"
@@ -321,8 +317,8 @@ class LocalEngine:
             self._send(("cancel",))
 
     def set_steering(self, steering: Steering) -> None:
-        """New steering for the reply in progress (engine/local/steering.py); between replies
-        the next request's own steering is what counts."""
+        """New steering for the reply in progress (engine/local/inside/context_steering.py);
+        between replies the next request's own steering is what counts."""
         self._send(("steering", steering))
 
     def residuals(self, texts: list[str], at: str = "mean") -> np.ndarray:
@@ -356,7 +352,7 @@ class LocalEngine:
         return self._side_call(("template", request))
 
     def inspect(self, request: InspectRequest) -> Inspection:
-        """One capture inside the model (chatapp/engine/inside.py): made in the worker on a
+        """One capture inside the model (chatapp/engine/inspection.py): made in the worker on a
         second context, so it may run while a reply generates and costs that reply nothing.
         The first one reads weights and fills that context (seconds on a long sequence);
         raises EngineError with a sentence when it cannot be made."""
@@ -415,8 +411,8 @@ class LocalEngine:
         return msg[1]
 
     def perplexity(self, job: PerplexityJob, progress=None) -> dict:
-        """Score a text in chunks as llama-perplexity does (engine/local/perplexity.py); calls
-        progress(scored, total, seconds) after each chunk."""
+        """Score a text in chunks as llama-perplexity does (loop/perplexity_scoring.py);
+        calls progress(scored, total, seconds) after each chunk."""
         self._send(("perplexity", job))
         while True:
             msg = self._recv(what="scoring the text")
@@ -431,13 +427,14 @@ class LocalEngine:
     def _side_call(self, msg):
         if not self.alive:
             raise self._crashed("the model worker is not running")
+        side = self._pipe(side=True)
         with self._side_lock:
             try:
-                self._side.send(msg)
-                while not self._side.poll(POLL_S):
+                side.send(msg)
+                while not side.poll(POLL_S):
                     if not self.alive:
                         raise self._crashed("the model worker died")
-                reply = self._side.recv()
+                reply = side.recv()
             except (EOFError, OSError) as exc:
                 if self.alive:  # its side thread ended: the pipe was closed on the way out
                     raise EngineError(SIDE_PIPE_ENDED) from exc
@@ -445,36 +442,3 @@ class LocalEngine:
         if isinstance(reply, side_pipe.SideFailure):
             raise EngineError(reply.message)
         return reply
-
-
-def exit_words(code: int) -> str:
-    """How a worker ended, in words: "signal SIGSEGV", "exit code 3"."""
-    if code >= 0:
-        return f"exit code {code}"
-    try:
-        return f"signal {signal.Signals(-code).name}"
-    except ValueError:
-        return f"signal {-code}"
-
-
-@contextlib.contextmanager
-def real_std_streams():
-    """multiprocessing passes sys.stderr's fd to its helper process; a TUI (or pytest) may have
-    swapped in an object without one, so point both at /dev/null while spawning."""
-    saved = sys.stdout, sys.stderr
-    devnull = None
-    try:
-        for name in ("stdout", "stderr"):
-            stream = getattr(sys, name)
-            try:
-                ok = stream is not None and stream.fileno() >= 0
-            except (OSError, ValueError, AttributeError):
-                ok = False
-            if not ok:
-                devnull = devnull or open(os.devnull, "w")
-                setattr(sys, name, devnull)
-        yield
-    finally:
-        sys.stdout, sys.stderr = saved
-        if devnull is not None:
-            devnull.close()

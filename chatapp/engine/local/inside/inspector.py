@@ -16,10 +16,10 @@ import time
 
 import numpy as np
 
-from chatapp.engine.inside import Inspection, LayerLens, Neighbour, Ranked
-from chatapp.engine.local.graph_reader import GraphReader
-from chatapp.engine.local.lens_weights import LensWeights
-from chatapp.engine.local.llama_open import fill_batch
+from chatapp.engine.inspection import Inspection, LayerLens, Neighbour, Ranked
+from chatapp.engine.local.inside.graph_reader import GraphReader
+from chatapp.engine.local.inside.lens_weights import LensWeights
+from chatapp.engine.local.load.llama_open import fill_batch
 
 SCORES_BUDGET = 64 << 20  # bytes for the score matrix of one ubatch
 LENS_NOTE = (

@@ -54,7 +54,8 @@ class LensWeights:
         x = self.norm(residuals)
         v = None if token is None else self.embedding[token].astype(np.float32)
         shared = v is not None and self.tied
-        logits = _matmul_t(np.vstack([x, v[None, :]]) if shared else x, self.output)
+        rows = np.vstack([x, v[None, :]]) if v is not None and shared else x
+        logits = _matmul_t(rows, self.output)
         if shared:
             dots, logits = logits[-1], logits[:-1]
         elif v is not None:

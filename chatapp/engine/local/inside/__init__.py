@@ -1,0 +1,1 @@
+"""Inside the model in the worker: the inspector's captures and the steering vectors."""

@@ -1,0 +1,1 @@
+"""Loading a model in the worker: llama.cpp's open, the fallbacks, the tune, the template."""

@@ -1,0 +1,1 @@
+"""The token loop in the worker: one reply or several, sampling, grammars, drafts."""

@@ -1,0 +1,1 @@
+"""The worker process: the parent's LocalEngine, the child's entry and its pipes."""

@@ -1,0 +1,1 @@
+"""Benchmarks of the UI: the app headless, and the real TUI in a terminal."""
