@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from chatapp.engine.local.engine import LocalEngine
+from chatapp.engine.local.process.local_engine import LocalEngine
 from helpers import SIZE, Host, pane, screen_text, send, type_text, wait_until
 from test_remote_stub import StubServer
 from textual import events

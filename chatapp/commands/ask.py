@@ -47,7 +47,7 @@ from chatapp.stats_text import (
 from chatapp.textsafe import for_stream
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.local.process.local_engine import LocalEngine
 
 
 def started_engine(options: LoadOptions, server: str | None = None, **remote) -> Engine:
@@ -59,7 +59,7 @@ def started_engine(options: LoadOptions, server: str | None = None, **remote) ->
 
 def started_local(options: LoadOptions) -> LocalEngine:
     """A started engine in a child process here, for the views only it has (score, meter)."""
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.local.process.local_engine import LocalEngine
 
     engine = LocalEngine(options)
     start_noting(engine)

@@ -28,7 +28,7 @@ def _aggregate_tps(engine, n: int, tokens: int) -> float:
 
 
 def run_batch_bench(options: LoadOptions, n: int, tokens: int, reps: int) -> dict:
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.local.process.local_engine import LocalEngine
 
     pairs = []
     with LocalEngine(options) as engine:

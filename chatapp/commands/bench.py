@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from llama_cpp import Llama
     from llama_cpp.llama_types import CreateCompletionStreamResponse
 
-    from chatapp.engine.local.loaded_model import LoadedModel
+    from chatapp.engine.local.load.loaded_model import LoadedModel
 
 BENCH_SETTINGS = SamplerSettings(
     temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, seed=42
@@ -244,7 +244,7 @@ def run_bench(
     as_json: bool,
     llama_server: Path | None = None,
 ) -> int:
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.local.process.local_engine import LocalEngine
 
     for name, exe in (("llama-bench", llama_bench), ("llama-server", llama_server)):
         if exe is not None and not Path(exe).is_file():

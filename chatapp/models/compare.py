@@ -250,7 +250,7 @@ def _same_file(a: str | Path, b: str | Path) -> bool:
 
 
 def _local_engine(opts: LoadOptions) -> ComparedEngine:
-    from chatapp.engine.local.engine import LocalEngine
+    from chatapp.engine.local.process.local_engine import LocalEngine
 
     return LocalEngine(opts)
 

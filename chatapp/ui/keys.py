@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from textual.app import App
 from textual.binding import Binding
+from textual.dom import DOMNode
 
 # Keys handled outside the bindings: shown in F1, but without an id ([keys] cannot move them).
 FIXED = {
@@ -20,7 +21,7 @@ def key_of(app: App, binding: Binding) -> str:
     return " / ".join(k.strip() for k in keys.split(","))
 
 
-def _sections() -> list[tuple[str, list[type]]]:
+def _sections() -> list[tuple[str, list[type[DOMNode]]]]:
     from chatapp.ui.prompt_input import PromptInput
     from chatapp.ui.screens.chat import ChatScreen
     from chatapp.ui.screens.compare import CompareScreen

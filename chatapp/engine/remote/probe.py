@@ -61,7 +61,8 @@ def _int(value) -> int:
 def model_info(base_url: str, kind: str, entry: dict, props: dict, load_s: float) -> ModelInfo:
     """ModelInfo from what the server tells: llama-server's /props and model `meta`, vLLM's
     max_model_len; 0 where it does not say. Nothing runs here, so GPU fields are 0/False."""
-    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+    found = entry.get("meta")
+    meta: dict = found if isinstance(found, dict) else {}
     settings = props.get("default_generation_settings")
     settings = settings if isinstance(settings, dict) else {}
     n_ctx = settings.get("n_ctx") or meta.get("n_ctx") or entry.get("max_model_len")

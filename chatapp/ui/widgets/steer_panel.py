@@ -407,7 +407,7 @@ class SteerPanel(VerticalScroll):
             panel = self.screen.query_one(TokenPanel)
         except NoMatches:
             return
-        pieces = [t.piece for t in panel.reply]
+        pieces = [t.piece for t in panel.reply_tokens]
         if engine is None or not steerable(engine) or not self.vectors:
             self.say("Add a vector first: the meter measures the reply along it.", error=True)
             return
