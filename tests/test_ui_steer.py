@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from chatapp.engine.local.process.local_engine import LocalEngine
 from helpers import SIZE, Host, pane, screen_text, send, type_text, wait_until
 from test_remote_stub import StubServer
 from textual import events
@@ -18,6 +17,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Collapsible, Input, Select, TabbedContent, TextArea
 
 from chatapp.engine import control_vector, steer_library
+from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
 from chatapp.engine.remote.client import RemoteEngine
 from chatapp.engine.steering import REMOTE_NOTE, SteerVector
