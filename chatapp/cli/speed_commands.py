@@ -119,7 +119,10 @@ def bench(
         else None
     )  # fmt: skip
     _refuse_depth_with(
-        mode, depth=prompt_tokens, llama_bench=llama_bench, llama_server=llama_server
+        mode,
+        depth=prompt_tokens,
+        llama_bench=llama_bench,
+        llama_server=llama_server if mode != "--draft" else None,  # --draft runs its modes
     )
     options = load_options(
         model,
@@ -143,7 +146,7 @@ def bench(
     if kind:
         from chatapp.commands.draft_bench import print_draft_bench
 
-        raise typer.Exit(print_draft_bench(options, kind, tokens, reps, as_json))
+        raise typer.Exit(print_draft_bench(options, kind, reps, as_json, llama_server))
     depth = DEFAULT_DEPTH if prompt_tokens is None else prompt_tokens
     if depth + tokens > options.n_ctx:
         raise UsageError(
