@@ -8,6 +8,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from chatapp.commands.draft_tasks import HELD_OUT, DraftTask
 from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions
@@ -124,7 +125,7 @@ def server_report(runs: dict[str, list[ServerRun]], drafted: list[Side]) -> dict
             "decode_tps": median([r.decode_tps for r in rs]),
             "accepted": f"{rs[-1].accepted}/{rs[-1].drafted}",
         }
-    best = max(modes, key=lambda m: modes[m]["decode_tps"])
+    best = max(modes, key=lambda m: float(modes[m]["decode_tps"]))
     lead = [s.decode_tps / r.decode_tps for s, r in zip(drafted, runs[best], strict=True)]
     return {
         "plain_decode_tps": median([p.decode_tps for p in plain]),
@@ -164,7 +165,8 @@ def run_draft_bench(
     report: dict = {"model": options.model_path, "draft": draft, "reps": reps, "tasks": {}}
     with ExitStack() as stack:
         logs = stack.enter_context(tempfile.TemporaryDirectory(prefix="draft-bench-"))
-        engine = stack.enter_context(make_engine(options))
+        engine: Any = make_engine(options)  # (a LocalEngine: a context manager)
+        stack.enter_context(engine)
         servers = _servers(llama_server, options, logs, stack)
         report["draft_model"] = engine.info.draft_model if engine.info else ""
         for task in tasks:

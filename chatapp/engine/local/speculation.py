@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 from typing import TYPE_CHECKING
 
 from chatapp.engine.local.drafts import DraftPolicy
@@ -12,6 +13,12 @@ PROBE_LENGTH = 4
 
 if TYPE_CHECKING:
     from chatapp.engine.local.loaded_model import LoadedModel
+
+# What batches cost each loaded model here, per thread count (the thread governor changes the
+# count mid-reply when another program takes a core): threads -> rows -> seconds.
+BATCH_COSTS: weakref.WeakKeyDictionary[LoadedModel, dict[int, dict[int, float]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class Speculation:
@@ -37,10 +44,6 @@ class Speculation:
         self.drafter = drafter
         self.drafts: list[int] = []  # the drafts decoded in the current batch
         self.row = -1  # logits row the next token is sampled from (-1: the last decode's one)
-        if not hasattr(worker, "batch_costs"):
-            # thread count -> rows -> seconds: what batches cost this model here (the thread
-            # governor changes the count mid-reply when another program takes a core)
-            worker.batch_costs = {}
         self.threads = -1
         self.policy = DraftPolicy()
         self.shadow: list[int] = []  # a lookup not drafted: compared with what comes
@@ -124,7 +127,8 @@ class Speculation:
         threads = gov.threads if gov is not None else 0
         if threads != self.threads:
             self.threads = threads
-            self.policy.use_costs(self.w.batch_costs.setdefault(threads, {}))
+            costs = BATCH_COSTS.setdefault(self.w, {})
+            self.policy.use_costs(costs.setdefault(threads, {}))
 
     def end(self) -> None:
         """The reply ended: drafts it never reached leave the KV cache."""
