@@ -69,7 +69,8 @@ def bench(
         typer.Option(
             "--llama-server",
             help="path of llama.cpp's llama-server: streams the same reply with top-10 "
-            "log-probabilities (the peer doing the token loop's work)",
+            "log-probabilities (the peer doing the token loop's work); with --draft, its plain "
+            "decode and its n-gram modes on the same greedy chats",
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,

@@ -114,7 +114,7 @@ def server_report(runs: dict[str, list[ServerRun]], drafted: list[Side]) -> dict
     """llama-server's modes against its plain decode (medians of per-repetition ratios), and
     chatapp's drafted decode against the best of its n-gram modes on this task."""
     plain = runs["none"]
-    modes = {}
+    modes: dict[str, dict[str, Any]] = {}
     for mode, rs in runs.items():
         if mode == "none":
             continue
@@ -125,7 +125,7 @@ def server_report(runs: dict[str, list[ServerRun]], drafted: list[Side]) -> dict
             "decode_tps": median([r.decode_tps for r in rs]),
             "accepted": f"{rs[-1].accepted}/{rs[-1].drafted}",
         }
-    best = max(modes, key=lambda m: float(modes[m]["decode_tps"]))
+    best = max(modes, key=lambda m: modes[m]["decode_tps"])
     lead = [s.decode_tps / r.decode_tps for s, r in zip(drafted, runs[best], strict=True)]
     return {
         "plain_decode_tps": median([p.decode_tps for p in plain]),
@@ -141,9 +141,10 @@ def _servers(exe: Path | None, options: LoadOptions, logs: str, stack) -> dict:
 
     if exe is None:
         return {}
+    fa = "on" if options.flash_attn else "off" if options.flash_attn is False else "auto"
     return {
         mode: stack.enter_context(
-            LlamaServer(exe, options, f"{logs}/{mode}.log", extra=("--spec-type", mode))
+            LlamaServer(exe, options, f"{logs}/{mode}.log", extra=("--spec-type", mode, "-fa", fa))
         )
         for mode in SERVER_MODES
     }
