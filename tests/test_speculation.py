@@ -51,7 +51,7 @@ def test_ngram_lookup_drafts_what_followed_the_latest_match():
     assert d.propose([*seq, 4, 5], 2) == [9, 2]  # the longer n-gram "2 3 4 5" matches first
     assert d.propose([7, 8], 4) == []  # a new text: nothing to look up
     again = [1, 2, 1, 2, 1, 2]
-    assert d.propose(again, 4) == [1, 2]  # the most recent occurrence, up to the end
+    assert d.propose(again, 4) == [1, 2, 1, 2]  # the most recent occurrence, and on past the end
 
 
 def test_ngram_index_follows_the_text_incrementally():
@@ -151,6 +151,18 @@ def test_a_replacement_the_reply_made_is_drafted_where_the_source_has_it_again()
     assert d.left is not None and d.cursor is not None and d.propose(reply, 2) == [13, 14]
     # the same replacement is not drafted where the source does not have the old tokens
     assert d.subs == {old: [((old,), (new,))]}
+
+
+def test_a_text_that_repeats_itself_is_drafted_past_its_end():
+    """A reply caught in a loop: the copy reaches the text's end and goes on with what it has
+    just drafted, so a draft is as long as asked, not one period of the loop; the reply that
+    follows it is followed through its own new tokens."""
+    d = NgramDrafter()
+    loop = [7, 8, 9]
+    text = [1, 2, 3, *loop, *loop]
+    assert d.propose(text, 8) == [7, 8, 9, 7, 8, 9, 7, 8]
+    text += [7, 8, 9, 7, 8]  # the reply went on with the loop: still the same copy
+    assert d.basis(text) is not None and d.propose(text, 4) == [9, 7, 8, 9]
 
 
 def test_a_replacement_the_reply_does_not_make_is_forgotten():

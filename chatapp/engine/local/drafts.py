@@ -260,8 +260,8 @@ class NgramDrafter:
                 self.sub_start, pending, at = at, list(sub[1]), at + len(sub[0])
             if pending and tok == pending[0]:
                 pending = pending[1:]
-            elif not pending and at < end and self.tokens[at] == tok:
-                at += 1
+            elif not pending and at < end + i and self._source(at, end, new) == tok:
+                at += 1  # (past `end`, the copy is the reply's own new tokens: a loop)
             else:
                 if pending:  # the reply kept what the replacement stood for, or wrote else
                     self._forget(self.sub_start)
@@ -271,6 +271,9 @@ class NgramDrafter:
                 return
             self.run += 1
         self.cursor, self.pending = at, pending
+
+    def _source(self, at: int, end: int, new: list[int]) -> int:
+        return self.tokens[at] if at < end else new[at - end]
 
     def _forget(self, at: int) -> None:
         sub = self._sub_at(at, len(self.tokens))
@@ -349,6 +352,12 @@ class NgramDrafter:
             else:
                 out.append(seq[at])
                 at += 1
+        # A copy that reaches the text's end copies what it just drafted (the text repeats
+        # itself: "a map of the valley, a map of the valley, ..."), as far as k.
+        n = len(seq)
+        while out and len(out) < k and at - n < len(out):
+            out.append(out[at - n])
+            at += 1
         return out[:k]
 
     def _near(self) -> int | None:
