@@ -215,7 +215,8 @@ def test_the_batch_costs_are_those_of_the_thread_count_of_the_moment():
     cheap = {1: 0.010, 2: 0.011, 4: 0.012, 8: 0.014, 16: 0.018, 17: 0.019}  # a GPU-like batch
     for rows, seconds in cheap.items():
         spec.policy.timed(rows, seconds)
-    spec.policy.firsts["short"].hits = 2.0  # a first token right half the time
+    short = spec.policy.firsts["short"]
+    short.hits, short.trials = 2.0, 4.0  # a first token right half the time
     assert spec.policy.length(16, "short") > 0
     gov.threads = 1  # another program took a core: batches at 1 thread cost what they cost
     spec.follow_threads()
@@ -490,3 +491,20 @@ def test_greedy_output_with_drafts_is_the_same_on_the_bundled_model():
     assert prompt + len(_tokens(plain)) < 256
     assert [t.id for t in _tokens(spec)] == [t.id for t in _tokens(plain)]
     assert spec[-1].stats.draft_accepted >= 20  # drafts were made, and taken
+
+
+def test_a_drafted_batch_reaches_the_thread_governor_as_one_rows_time():
+    """A reply that drafts makes few single steps; each batch's time goes to the thread governor
+    divided by what its rows cost in one-row decodes, so the governor still sees the pace."""
+    from chatapp.engine.local.speculation import Speculation
+
+    class Worker:
+        governor = None
+
+    spec = Speculation(Worker(), None)  # type: ignore[arg-type]
+    spec.follow_threads()
+    spec.policy.timed(1, 0.010)
+    spec.policy.timed(5, 0.030)
+    assert spec.one_row(0.012) == pytest.approx(0.012)  # no batch: the step itself
+    spec.drafts, spec.row = [11, 12, 13, 14], 0  # a batch of 5 rows, as decode() leaves it
+    assert spec.one_row(0.060) == pytest.approx(0.020)  # twice the pace of its usual cost

@@ -28,10 +28,10 @@ COPY_RUN = 16  # reply tokens in a row that agree with the place drafted from: a
 # after a right one a chance of its own (NEXT); (right, compared) as priors. A copy's first
 # token counts as a next one.
 BASIS_PRIORS = {
-    "short": (1.0, 4.0),  # a lookup sharing fewer than 4 tokens with the text's end
-    "mid": (2.0, 4.0),  # 4 to 7
-    "long": (3.0, 4.0),  # 8 to COPY_RUN - 1
-    "near": (3.0, 4.0),  # found again just after a replaced word
+    "short": (1.0, 2.0),  # a lookup sharing fewer than 4 tokens with the text's end
+    "mid": (1.5, 2.0),  # 4 to 7
+    "long": (1.75, 2.0),  # 8 to COPY_RUN - 1
+    "near": (1.5, 2.0),  # found again just after a replaced word
     "": (3.0, 4.0),  # a draft model's draft
 }
 PRIOR_NEXT = (9.0, 10.0)

@@ -121,6 +121,13 @@ class Speculation:
             self.batches += 1
         return code
 
+    def one_row(self, seconds: float) -> float:
+        """The last decode's time as one row's: a batch's divided by what its rows cost in
+        one-row decodes here (the thread governor judges the pace of single steps, and a reply
+        that drafts makes few of them)."""
+        rows = len(self.drafts) + 1 if self.drafts else 1
+        return seconds / self.policy.cost(rows) if rows > 1 else seconds
+
     def follow_threads(self) -> None:
         """The batch costs measured at the thread count decodes run with now."""
         gov = getattr(self.w, "governor", None)
