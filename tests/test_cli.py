@@ -307,7 +307,7 @@ def test_config_draft_key_turns_drafts_on_and_a_missing_draft_model_is_one_line(
     [
         (["--ui"], ["--depth", "300"], "--depth"),
         (["--terminal"], ["--llama-bench", "/x"], "--llama-bench"),
-        (["--draft", "ngram"], ["--llama-server", "/x"], "--llama-server"),
+        (["--draft", "ngram"], ["--depth", "300"], "--depth"),
         (["--alternatives", "4"], ["--depth", "300", "--llama-bench", "/x"], "--depth and --llama"),
     ],
 )

@@ -69,7 +69,8 @@ def bench(
         typer.Option(
             "--llama-server",
             help="path of llama.cpp's llama-server: streams the same reply with top-10 "
-            "log-probabilities (the peer doing the token loop's work)",
+            "log-probabilities (the peer doing the token loop's work); with --draft, its plain "
+            "decode and its n-gram modes on the same greedy chats",
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
@@ -119,7 +120,10 @@ def bench(
         else None
     )  # fmt: skip
     _refuse_depth_with(
-        mode, depth=prompt_tokens, llama_bench=llama_bench, llama_server=llama_server
+        mode,
+        depth=prompt_tokens,
+        llama_bench=llama_bench,
+        llama_server=llama_server if mode != "--draft" else None,  # --draft runs its modes
     )
     options = load_options(
         model,
@@ -143,7 +147,7 @@ def bench(
     if kind:
         from chatapp.commands.draft_bench import print_draft_bench
 
-        raise typer.Exit(print_draft_bench(options, kind, tokens, reps, as_json))
+        raise typer.Exit(print_draft_bench(options, kind, reps, as_json, llama_server))
     depth = DEFAULT_DEPTH if prompt_tokens is None else prompt_tokens
     if depth + tokens > options.n_ctx:
         raise UsageError(

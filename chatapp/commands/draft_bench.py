@@ -1,96 +1,24 @@
-"""`chatapp bench --draft`: speculative decoding against the same engine without it, alternating."""
+"""`chatapp bench --draft`: speculative decoding against the same engine without it, and
+llama-server's plain decode and n-gram modes on the same greedy chats, arms interleaved."""
 
 from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from chatapp.commands.draft_tasks import HELD_OUT, DraftTask
 from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions
 from chatapp.metrics import GenerationStats, median
 from chatapp.models.compare import reply_ids
 from chatapp.sampling import SamplerSettings
 
 GREEDY = SamplerSettings(temperature=0.0, repeat_penalty=1.0)
-
-# About 300 words of plain prose for the rewrite task: the reply repeats it with small edits,
-# so most of it can be drafted from the prompt.
-PASSAGE = (
-    "The old lighthouse stood at the end of a narrow spit of rock, and for ninety years it had "
-    "kept the same slow rhythm: a long flash, a short dark, a long flash again. The keeper who "
-    "lived there in the last years before the lamp was automated was a quiet man named Thomas "
-    "Hale. He rose before dawn, climbed the hundred and twelve steps to the lantern room, "
-    "cleaned the great lens with a soft cloth and a little vinegar, and wrote the weather in a "
-    "leather book. In the afternoons he mended nets for the fishermen in the village, who paid "
-    "him in bread, in eggs, and sometimes in news from the mainland. In winter the storms came "
-    "in from the west, and the whole tower hummed like a struck bell. On those nights Thomas did "
-    "not sleep at all. He sat beside the lamp with a pot of tea and listened to the wind, and "
-    "when a ship passed close to the reef he watched its lights until they were safely past. "
-    "One morning in early spring he found a green glass bottle wedged between two rocks below "
-    "the tower. Inside was a letter written in careful blue ink. It was from a girl on an island "
-    "far to the south, who said that she had thrown twelve bottles into the sea and wanted to "
-    "know how far the water could carry a question. Her question was simple: what do you see "
-    "from your window? Thomas read the letter three times. Then he sat at the kitchen table and "
-    "began to write an answer, describing the rocks, the birds, the changing colour of the water "
-    "and the lamp that turned above him every night of the year. When he had finished, he "
-    "sealed the letter in the same green bottle and carried it down to the shore at low tide."
-)
-# Edit tasks on texts that were not written for this benchmark: a passage of the Apache
-# License 2.0 (section 4, as published), ordinary code, and a list.
-LICENCE = (
-    "You may reproduce and distribute copies of the Work or Derivative Works thereof in any "
-    "medium, with or without modifications, and in Source or Object form, provided that You "
-    "meet the following conditions: You must give any other recipients of the Work or "
-    "Derivative Works a copy of this License; and You must cause any modified files to carry "
-    "prominent notices stating that You changed the files; and You must retain, in the Source "
-    "form of any Derivative Works that You distribute, all copyright, patent, trademark, and "
-    "attribution notices from the Source form of the Work, excluding those notices that do not "
-    "pertain to any part of the Derivative Works."
-)
-CODE = """def load_settings(path):
-    settings = {}
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            key, _, value = line.partition("=")
-            settings[key.strip()] = value.strip()
-    return settings
-
-
-def merge_settings(defaults, settings):
-    merged = dict(defaults)
-    for key, value in settings.items():
-        if value:
-            merged[key] = value
-    return merged
-"""
-SHOPPING = (
-    "- two loaves of brown bread\n- a dozen free-range eggs\n- one litre of whole milk\n"
-    "- a bag of green apples\n- fresh basil and parsley\n- three tins of chopped tomatoes\n"
-    "- a block of cheddar cheese\n- washing-up liquid\n- a packet of black tea\n"
-    "- two kilos of potatoes"
-)
-TASKS = {
-    "rewrite": (
-        "Rewrite the following text, changing the keeper's name from Thomas Hale to Peter Grey. "
-        "Keep every other word the same.\n\n" + PASSAGE
-    ),
-    "licence edit": (
-        "Repeat the following text exactly, but write 'the recipient' instead of 'You' "
-        "throughout.\n\n" + LICENCE
-    ),
-    "code rename": (
-        "Rename the variable `settings` to `options` in this Python code and print the whole "
-        "code again, changing nothing else.\n\n" + CODE
-    ),
-    "list reorder": (
-        "Sort this shopping list alphabetically and print it again as a list.\n\n" + SHOPPING
-    ),
-    "free-form": "Write a long story about a fox who learns to sail a small boat.",
-}
-REWRITES = ("rewrite", "licence edit", "code rename", "list reorder")
+# llama-server's arms: its plain decode, then each of its n-gram modes on its own defaults
+SERVER_MODES = ("none", "ngram-simple", "ngram-map-k", "ngram-mod")
 
 
 @dataclass
@@ -100,17 +28,52 @@ class Side:
     stats: GenerationStats
 
 
-def _reply(engine, task: str, draft: str, tokens: int) -> Side:
-    req = GenerateRequest(
-        (ChatMessage("user", TASKS[task]),),
+@dataclass
+class ServerRun:
+    decode_tps: float
+    text: str
+    drafted: int
+    accepted: int
+
+
+def _request(task: DraftTask, draft: str, tokens: int) -> GenerateRequest:
+    return GenerateRequest(
+        (ChatMessage("user", task.prompt),),
         GREEDY.with_(max_tokens=tokens),
         top_n=10,  # as the chat runs: the candidate view is part of every step
         draft=draft,
     )
-    ids, end = reply_ids(engine, req)
+
+
+def _reply(engine, task: DraftTask, draft: str, tokens: int) -> Side:
+    ids, end = reply_ids(engine, _request(task, draft, tokens))
     if end is None:
         raise RuntimeError("the engine did not finish the benchmark reply")
     return Side(end.stats.decode_tps or 0.0, tuple(ids), end.stats)
+
+
+def _server_reply(server, prompt: str, tokens: int) -> ServerRun:
+    """One greedy completion of the chat's rendered prompt by llama-server, its own timings."""
+    import httpx
+
+    from chatapp.jsonfile import parse
+
+    body = {
+        "prompt": prompt, "n_predict": tokens, "temperature": 0.0, "repeat_penalty": 1.0,
+        "cache_prompt": False, "stream": False,
+    }  # fmt: skip
+    r = httpx.post(f"{server.url}/completion", json=body, timeout=600)
+    r.raise_for_status()
+    data = parse(r.text, where="llama-server's reply")
+    t = data.get("timings") if isinstance(data, dict) else None
+    if not isinstance(t, dict) or not t.get("predicted_per_second"):
+        raise RuntimeError("llama-server sent no timings")
+    return ServerRun(
+        float(t["predicted_per_second"]),
+        str(data.get("content", "")),
+        int(t.get("draft_n") or 0),
+        int(t.get("draft_n_accepted") or 0),
+    )
 
 
 def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
@@ -121,12 +84,18 @@ def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def spread(values: list[float]) -> list[float]:
+    return [min(values), max(values)]
+
+
 def task_report(pairs: list[tuple[Side, Side]]) -> dict:
-    """One task's line of the report from its (plain, drafted) pairs: medians, the last
+    """One task's chatapp line from its (plain, drafted) pairs: medians and spread, the last
     drafted reply's counts, and where the outputs first parted in the first pair that did."""
     last_spec = pairs[-1][1]
+    ratios = [s.decode_tps / p.decode_tps for p, s in pairs]
     return {
-        "speedup": median([s.decode_tps / p.decode_tps for p, s in pairs]),
+        "speedup": median(ratios),
+        "spread": spread(ratios),
         "plain_decode_tps": median([p.decode_tps for p, _ in pairs]),
         "draft_decode_tps": median([s.decode_tps for _, s in pairs]),
         "acceptance": median([s.stats.acceptance or 0.0 for _, s in pairs]),
@@ -141,46 +110,137 @@ def task_report(pairs: list[tuple[Side, Side]]) -> dict:
     }
 
 
-def run_draft_bench(options: LoadOptions, draft: str, tokens: int, reps: int) -> dict:
-    """Per task, `reps` pairs of replies (plain, then with drafts) on one engine, greedy."""
+def server_report(runs: dict[str, list[ServerRun]], drafted: list[Side]) -> dict:
+    """llama-server's modes against its plain decode (medians of per-repetition ratios), and
+    chatapp's drafted decode against the best of its n-gram modes on this task."""
+    plain = runs["none"]
+    modes: dict[str, dict[str, Any]] = {}
+    for mode, rs in runs.items():
+        if mode == "none":
+            continue
+        ratios = [r.decode_tps / p.decode_tps for r, p in zip(rs, plain, strict=True)]
+        modes[mode] = {
+            "speedup": median(ratios),
+            "spread": spread(ratios),
+            "decode_tps": median([r.decode_tps for r in rs]),
+            "accepted": f"{rs[-1].accepted}/{rs[-1].drafted}",
+        }
+    best = max(modes, key=lambda m: modes[m]["decode_tps"])
+    lead = [s.decode_tps / r.decode_tps for s, r in zip(drafted, runs[best], strict=True)]
+    return {
+        "plain_decode_tps": median([p.decode_tps for p in plain]),
+        "modes": modes,
+        "best_mode": best,
+        "lead": median(lead),
+        "lead_spread": spread(lead),
+    }
+
+
+def _servers(exe: Path | None, options: LoadOptions, logs: str, stack) -> dict:
+    from chatapp.commands.server_bench import LlamaServer
+
+    if exe is None:
+        return {}
+    fa = "on" if options.flash_attn else "off" if options.flash_attn is False else "auto"
+    return {
+        mode: stack.enter_context(
+            LlamaServer(exe, options, f"{logs}/{mode}.log", extra=("--spec-type", mode, "-fa", fa))
+        )
+        for mode in SERVER_MODES
+    }
+
+
+def run_draft_bench(
+    options: LoadOptions,
+    draft: str,
+    reps: int,
+    tasks: tuple[DraftTask, ...] = HELD_OUT,
+    llama_server: Path | None = None,
+) -> dict:
+    """Per task, `reps` rounds of every arm (chatapp plain and drafted, and llama-server's
+    modes when given), the arms' order turning each round; greedy, one engine."""
+    from contextlib import ExitStack
+
     from chatapp.engine.factory import make_engine
 
-    report: dict = {"model": options.model_path, "draft": draft, "tokens": tokens, "tasks": {}}
-    with make_engine(options) as engine:
+    report: dict = {"model": options.model_path, "draft": draft, "reps": reps, "tasks": {}}
+    with ExitStack() as stack:
+        logs = stack.enter_context(tempfile.TemporaryDirectory(prefix="draft-bench-"))
+        engine: Any = make_engine(options)  # (a LocalEngine: a context manager)
+        stack.enter_context(engine)
+        servers = _servers(llama_server, options, logs, stack)
         report["draft_model"] = engine.info.draft_model if engine.info else ""
-        for task in TASKS:
-            _reply(engine, task, "", 16)  # warm-up: caches, the template
-            pairs = []
-            for rep in range(reps):
-                plain = _reply(engine, task, "", tokens)
-                spec = _reply(engine, task, draft, tokens)
-                pairs.append((plain, spec))
-                print(
-                    f"{task} rep {rep + 1}/{reps}: plain {plain.decode_tps:.1f} t/s, "
-                    f"{draft} {spec.decode_tps:.1f} t/s "
-                    f"(accepted {spec.stats.draft_accepted}/{spec.stats.draft_tokens})",
-                    file=sys.stderr,
-                )
-            report["tasks"][task] = task_report(pairs)
+        for task in tasks:
+            report["tasks"][task.name] = _run_task(engine, servers, task, draft, reps)
     return report
 
 
-def print_draft_bench(options: LoadOptions, draft: str, tokens: int, reps: int, as_json: bool):
-    report = run_draft_bench(options, draft, tokens, reps)
+def _run_task(engine, servers: dict, task: DraftTask, draft: str, reps: int) -> dict:
+    prompt, _ = engine.render_prompt(_request(task, "", task.tokens))
+    arms = ["plain", "draft", *servers]
+    _reply(engine, task, "", 16)  # warm-up: caches, the template
+    sides: dict[str, list[Side]] = {"plain": [], "draft": []}
+    runs: dict[str, list[ServerRun]] = {mode: [] for mode in servers}
+    for rep in range(reps):
+        turn = rep % len(arms)
+        for arm in arms[turn:] + arms[:turn]:
+            if arm in servers:
+                runs[arm].append(_server_reply(servers[arm], prompt, task.tokens))
+            else:
+                kind = draft if arm == "draft" else ""
+                sides[arm].append(_reply(engine, task, kind, task.tokens))
+        plain, spec = sides["plain"][-1], sides["draft"][-1]
+        line = " ".join(f"{m} {rs[-1].decode_tps:.1f}" for m, rs in runs.items())
+        print(
+            f"{task.name} rep {rep + 1}/{reps}: plain {plain.decode_tps:.1f} t/s, {draft} "
+            f"{spec.decode_tps:.1f} t/s (accepted {spec.stats.draft_accepted}/"
+            f"{spec.stats.draft_tokens}){'; llama-server ' + line if line else ''}",
+            file=sys.stderr,
+        )
+    pairs = list(zip(sides["plain"], sides["draft"], strict=True))
+    result = {"edit": task.edit, "chatapp": task_report(pairs)}
+    if servers:
+        server = result["llama-server"] = server_report(runs, sides["draft"])
+        server["same_text_as_chatapp"] = _same_text(engine, pairs[-1][0], runs["none"][-1].text)
+    return result
+
+
+def _same_text(engine, side: Side, text: str) -> bool:
+    """Whether llama-server's plain reply is chatapp's plain reply (the same greedy chat)."""
+    ids = [t.id for t in engine.tokenize(text, special=False)] if text else []
+    return tuple(ids) == side.ids[: len(ids)] and len(ids) >= len(side.ids) - 1
+
+
+def print_draft_bench(
+    options: LoadOptions, draft: str, reps: int, as_json: bool, llama_server: Path | None = None
+) -> int:
+    report = run_draft_bench(options, draft, reps, llama_server=llama_server)
     if as_json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"speculative decoding ({draft}) vs one token at a time: greedy, {tokens} tokens, "
-          f"median of {reps} alternating pairs")  # fmt: skip
-    for task, r in report["tasks"].items():
-        same = (
-            "same output"
-            if r["same_output"]
-            else f"output differs from token {r['first_difference']}"
-        )
-        print(
-            f"  {task:<10} {r['speedup']:.2f}x  ({r['draft_decode_tps']:.1f} vs "
-            f"{r['plain_decode_tps']:.1f} t/s)  accepted {r['acceptance']:.0%} of drafts, "
-            f"{r['mean_accepted']:.1f} per batch; {same}"
-        )
+    print(f"speculative decoding ({draft}) vs one token at a time on held-out tasks: greedy, "
+          f"medians of {reps} interleaved rounds [spread]")  # fmt: skip
+    for name, r in report["tasks"].items():
+        print("  " + task_line(name, r))
     return 0
+
+
+def task_line(name: str, r: dict) -> str:
+    c = r["chatapp"]
+    same = (
+        "same output" if c["same_output"] else f"output differs from token {c['first_difference']}"
+    )
+    line = (
+        f"{name:<16} {c['speedup']:.2f}x [{c['spread'][0]:.2f}-{c['spread'][1]:.2f}] "
+        f"({c['draft_decode_tps']:.1f} vs {c['plain_decode_tps']:.1f} t/s, {c['tokens']} tokens) "
+        f"accepted {c['acceptance']:.0%}, {c['mean_accepted']:.1f} per batch; {same}"
+    )
+    s = r.get("llama-server")
+    if s:
+        modes = ", ".join(f"{m} {v['speedup']:.2f}x" for m, v in s["modes"].items())
+        line += (
+            f"\n{'':18} llama-server {s['plain_decode_tps']:.1f} t/s plain; {modes}; "
+            f"chatapp drafted / {s['best_mode']}: {s['lead']:.2f}x "
+            f"[{s['lead_spread'][0]:.2f}-{s['lead_spread'][1]:.2f}]"
+        )
+    return line

@@ -26,12 +26,14 @@ class LlamaServer:
     """`llama-server -m MODEL -c N_CTX` on 127.0.0.1 (its other settings its own defaults,
     the GPU layers as the engine's), stopped on exit."""
 
-    def __init__(self, exe: Path, options: LoadOptions, log_path: str) -> None:
+    def __init__(
+        self, exe: Path, options: LoadOptions, log_path: str, extra: tuple[str, ...] = ()
+    ) -> None:
         self.port = _free_port()
         ngl = options.n_gpu_layers if options.n_gpu_layers >= 0 else 99
         self.cmd = [
             str(exe), "-m", options.model_path, "-c", str(options.n_ctx), "-ngl", str(ngl),
-            "--host", "127.0.0.1", "--port", str(self.port), "-np", "1",
+            "--host", "127.0.0.1", "--port", str(self.port), "-np", "1", *extra,
         ]  # fmt: skip
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None

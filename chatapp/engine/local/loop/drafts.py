@@ -16,14 +16,24 @@ NEAR = 24  # after the text leaves the copy it followed, its next tokens are loo
 # near where it left (an edit replaces a few words and the copy goes on): there one token is
 # enough
 DRAFT_MAX = 16  # the most tokens one draft proposes
+SUBS_MAX = 16  # replacements remembered per reply (an edit's renamed words)
+SUB_LONGEST = 8  # tokens on either side of one replacement
+LEARN_AFTER = 4  # a replacement is learned only where the reply had followed the copy this long
+COPY_RUN = 16  # reply tokens in a row that agree with the place drafted from: a copy
 # Acceptance comes in runs: a draft that continues a copy the reply is following is nearly
-# always right, the first token of a new lookup far less often. So two chances are kept:
-# FIRST, that a draft's first token is right after a miss (or with nothing followed yet), and
-# NEXT, that a token is right given the one before it was; (right, compared) as priors.
-# The first-token chance starts at 75% and follows the reply quickly; a copy's next token is
-# right 90% of the time before anything is seen (on a rewrite it is ~98%, and free-form text
-# rarely gets a first token right, so it is rarely asked).
-PRIOR_FIRST = (3.0, 4.0)
+# always right, the first token of a new lookup far less often, and the less so the shorter
+# the stretch of text the reply shares with the place it was found (free-form text matches
+# two or three tokens of a common phrase; a rewrite shares whole sentences). So a draft's
+# first token has a chance per basis (how the place drafted from was found), and each token
+# after a right one a chance of its own (NEXT); (right, compared) as priors. A copy's first
+# token counts as a next one.
+BASIS_PRIORS = {
+    "short": (1.0, 2.0),  # a lookup sharing fewer than 4 tokens with the text's end
+    "mid": (1.5, 2.0),  # 4 to 7
+    "long": (1.75, 2.0),  # 8 to COPY_RUN - 1
+    "near": (1.5, 2.0),  # found again just after a replaced word
+    "": (3.0, 4.0),  # a draft model's draft
+}
 PRIOR_NEXT = (9.0, 10.0)
 FORGET = 0.9  # each new observation of acceptance weighs this much more than the one before
 FORGET_FIRST = 0.8  # (first tokens are compared once a draft: fewer observations)
@@ -54,18 +64,18 @@ class DraftPolicy:
     """How many tokens to draft next: the length k that maximises the tokens a batch is
     expected to yield over what it costs, or 0 when no length beats one token at a time.
 
-    A draft's first token is right with chance f (FIRST, or NEXT when the draft continues a
-    copy whose last draft was right to its end), each further one with chance a given the one
-    before (NEXT): k tokens yield 1 + f (1 - a^k) / (1 - a). Its batch of k + 1 rows costs
-    what this model measured on this CPU (a batch of rows is far from free on a CPU: 2 rows
-    cost ~1.85 and 16 rows ~7 one-row decodes on the 2-core EPYC with the bundled model), plus
-    what proposing cost (a draft model's own decodes). Lookups made while not drafting are
-    still compared with the tokens that came, so a text that turns repetitive is noticed."""
+    A draft's first token is right with chance f (its basis's, or NEXT for a copy), each
+    further one with chance a given the one before (NEXT): k tokens yield
+    1 + f (1 - a^k) / (1 - a). Its batch of k + 1 rows costs what this model measured on this
+    CPU at the current thread count (a batch of rows is far from free on a CPU: 2 rows cost
+    ~1.85-2.04 and 16 rows ~7-8 one-row decodes on the 2-core EPYC with the bundled model),
+    plus what proposing cost (a draft model's own decodes). Lookups made while not drafting
+    are still compared with the tokens that came, so a text that turns repetitive is noticed."""
 
     def __init__(self, costs: dict[int, float] | None = None, high: int = DRAFT_MAX) -> None:
-        self.first = Rate(PRIOR_FIRST, FORGET_FIRST)
+        self.firsts = {basis: Rate(prior, FORGET_FIRST) for basis, prior in BASIS_PRIORS.items()}
         self.next = Rate(PRIOR_NEXT)
-        self.costs = {} if costs is None else costs  # rows -> seconds (shared per model)
+        self.costs: dict[int, float] = {} if costs is None else costs  # rows -> seconds
         self.propose_s = 0.0  # seconds per proposed token (a draft model's decodes)
         self.high = high
         # length() runs between every two decodes, drafting or not: the batch costs in one-row
@@ -76,12 +86,24 @@ class DraftPolicy:
         self._last: tuple = ()
         self._last_k = 0
 
-    def observe(self, accepted: int, compared: int, continuing: bool = False) -> None:
+    @property
+    def first(self) -> Rate:
+        """The first-token chance of a draft with no basis of its own (a draft model's)."""
+        return self.firsts[""]
+
+    def use_costs(self, costs: dict[int, float]) -> None:
+        """Batch costs measured elsewhere (another thread count's): from now on these."""
+        self.costs = costs
+        self._table = None
+
+    def chance(self, basis: str) -> Rate:
+        return self.next if basis == "copy" else self.firsts.get(basis, self.first)
+
+    def observe(self, accepted: int, compared: int, basis: str = "") -> None:
         """A draft's tokens compared with what was sampled, in order, and how many of them
-        matched before the first that did not; `continuing`: the draft went on with a copy
-        whose previous draft was right to its end."""
+        matched before the first that did not; `basis`: how its place was found."""
         for i in range(compared):
-            (self.next if i or continuing else self.first).observe(i < accepted)
+            (self.next if i else self.chance(basis)).observe(i < accepted)
 
     def timed(self, rows: int, seconds: float) -> None:
         """A decode of `rows` rows took `seconds` (a running average per row count)."""
@@ -108,10 +130,10 @@ class DraftPolicy:
         near = min(known, key=lambda r: abs(r - rows))
         return _prior(rows) * (self.costs[near] / one) / _prior(near)
 
-    def length(self, room: int, continuing: bool = False) -> int:
+    def length(self, room: int, basis: str = "") -> int:
         """Tokens to draft now (0: decode one token at a time)."""
         a = min(self.next.value, 0.999)
-        f = a if continuing else self.first.value
+        f = self.chance(basis).value
         top = min(room, self.high)
         table = self._cost_table()
         key = (f, a, top, self.propose_s, table)
@@ -143,6 +165,9 @@ def _prior(rows: int) -> float:
     return 1.0 + PRIOR_ROW * (rows - 1) ** PRIOR_EXP
 
 
+Sub = tuple[tuple[int, ...], tuple[int, ...]]  # (tokens of the source, what the reply wrote)
+
+
 class NgramDrafter:
     """Prompt lookup: the tokens that followed an earlier occurrence of the text's last tokens,
     in the prompt and the reply so far.
@@ -156,6 +181,11 @@ class NgramDrafter:
     forward, and an edit's phrases repeat: "You must give", "You must cause", "You must
     retain"), else the latest.
 
+    Where the copy is found again, what the reply wrote instead of the source's tokens is
+    remembered as a replacement (" settings" -> " options", "Thomas Hale" -> "Peter Grey"),
+    and drafts made from the copy after that carry the replacement wherever the source has
+    those tokens again; a replacement the reply does not make once is forgotten.
+
     The index maps each n-gram whose next token is known to where that token is, in order; it
     grows by one entry per n as tokens are appended, so a lookup costs a few dict probes and a
     bisection.
@@ -166,14 +196,23 @@ class NgramDrafter:
     def __init__(self) -> None:
         self.tokens: list[int] = []
         self.index: dict[tuple[int, ...], list[int]] = {}
-        self.cursor: int | None = None  # where the followed copy's next token is
+        self.cursor: int | None = None  # where the followed copy's next source token is
+        self.pending: list[int] = []  # a replacement's tokens expected before that one
+        self.sub_start = 0  # where the source tokens that replacement stands for begin
         self.left: int | None = None  # where the copy was when the text left it
         self.left_when = 0  # how long the text was then
+        self.left_run = 0  # how long the reply had followed the copy then
+        self.run = 0  # reply tokens in a row that agreed with the place followed
+        self.origin = ""  # how that place was found: "near" or "lookup"
+        self.subs: dict[int, list[Sub]] = {}  # by the source's first token
 
     def reset(self, tokens: list[int]) -> None:
         self.tokens = []
         self.index = {}
         self.cursor = self.left = None
+        self.pending = []
+        self.subs = {}
+        self.run = 0
         self.extend(tokens)
 
     def extend(self, tokens: list[int]) -> None:
@@ -199,37 +238,127 @@ class NgramDrafter:
         self.reset(tokens)
         return []
 
+    def _sub_at(self, at: int, end: int) -> Sub | None:
+        """A remembered replacement whose source tokens start at `at` (and end before `end`)."""
+        seq = self.tokens
+        for sub in self.subs.get(seq[at], ()):
+            old = sub[0]
+            if at + len(old) <= end and tuple(seq[at : at + len(old)]) == old:
+                return sub
+        return None
+
     def _follow(self, new: list[int], end: int) -> None:
         """Move the cursor over the new tokens while they are the copy's (before `end`, the
-        text seen so far); where they part, remember the place and drop the cursor."""
+        text seen so far), replacements included; where they part, remember the place and
+        drop the cursor (and the replacement that did not hold)."""
         at = self.cursor
         if at is None:
             return
+        pending = self.pending
         for i, tok in enumerate(new):
-            if at < end and self.tokens[at] == tok:
-                at += 1
+            if not pending and at < end and (sub := self._sub_at(at, end)) is not None:
+                self.sub_start, pending, at = at, list(sub[1]), at + len(sub[0])
+            if pending and tok == pending[0]:
+                pending = pending[1:]
+            elif not pending and at < end + i and self._source(at, end, new) == tok:
+                at += 1  # (past `end`, the copy is the reply's own new tokens: a loop)
             else:
+                if pending:  # the reply kept what the replacement stood for, or wrote else
+                    self._forget(self.sub_start)
+                    at = self.sub_start
                 self.cursor, self.left, self.left_when = None, at, end + i
+                self.pending, self.left_run = [], self.run
                 return
-        self.cursor = at
+            self.run += 1
+        self.cursor, self.pending = at, pending
+
+    def _source(self, at: int, end: int, new: list[int]) -> int:
+        return self.tokens[at] if at < end else new[at - end]
+
+    def _forget(self, at: int) -> None:
+        sub = self._sub_at(at, len(self.tokens))
+        if sub is not None:
+            self.subs[sub[0][0]].remove(sub)
+
+    def _learn(self, resumed: int, overlap: int) -> None:
+        """The copy was found again at `resumed`, the reply's last `overlap` tokens being the
+        source's just before it: what the reply wrote since it left the copy replaces what
+        the source had there."""
+        seq, left = self.tokens, self.left
+        assert left is not None
+        old = tuple(seq[left : resumed - overlap])
+        new = tuple(seq[self.left_when : len(seq) - overlap])
+        if not old or old == new or len(old) > SUB_LONGEST or len(new) > SUB_LONGEST:
+            return
+        if self.left_run < LEARN_AFTER:  # a lookup's place left at once: no copy was followed
+            return
+        if sum(len(v) for v in self.subs.values()) >= SUBS_MAX or self._sub_at(left, resumed):
+            return
+        self.subs.setdefault(old[0], []).append((old, new))
+
+    def _locate(self) -> None:
+        """Where to draft from when no copy is followed: near where it was left, else a
+        lookup; sets the cursor, the run of agreeing tokens and how the place was found."""
+        at = self._near() if self.left is not None else None
+        if at is not None:
+            self.origin = "near"
+        else:
+            at = self._lookup()
+            self.origin = "lookup"
+            self.run = self._agreement(at) if at is not None else 0
+        self.cursor, self.pending = at, []
+
+    def _agreement(self, at: int) -> int:
+        """How many tokens before `at` are the text's last ones (up to COPY_RUN)."""
+        seq, n, j = self.tokens, len(self.tokens), 0
+        while j < COPY_RUN and at - 1 - j >= 0 and seq[at - 1 - j] == seq[n - 1 - j]:
+            j += 1
+        return j
+
+    def _ready(self, tokens: list[int]) -> bool:
+        """Synced with `tokens` and placed to draft: whether there is anything to draft."""
+        self.sync(tokens)
+        if self.cursor is None or (self.cursor >= len(self.tokens) and not self.pending):
+            self._locate()
+        return self.cursor is not None and (self.cursor < len(self.tokens) or bool(self.pending))
+
+    def basis(self, tokens: list[int]) -> str | None:
+        """How the place a draft would come from now was found (DraftPolicy's bases: "copy",
+        "near", "long", "mid", "short"), or None when there is nothing to draft."""
+        if not self._ready(tokens):
+            return None
+        if self.run >= COPY_RUN:
+            return "copy"
+        if self.origin == "near":
+            return "near"
+        return "short" if self.run < 4 else "mid" if self.run < 8 else "long"
+
+    def follows(self, tokens: list[int]) -> bool:
+        """Whether `tokens` go on with a copy the reply has followed for COPY_RUN tokens."""
+        return self.basis(tokens) == "copy"
 
     def propose(self, tokens: list[int], k: int) -> list[int]:
         """Up to k tokens expected to follow `tokens`."""
-        self.sync(tokens)
-        seq = self.tokens
-        at = self.cursor if self.cursor is not None and self.cursor < len(seq) else None
-        if at is None:
-            at = self._near() if self.left is not None else None
-        if at is None:
-            at = self._lookup()
-        self.cursor = at
-        return seq[at : at + k] if at is not None else []
-
-    def follows(self, tokens: list[int]) -> bool:
-        """Whether `tokens` go on with the copy the last draft came from (the next draft then
-        continues it)."""
-        self.sync(tokens)
-        return self.cursor is not None and self.cursor < len(self.tokens)
+        if not self._ready(tokens):
+            return []
+        seq, at = self.tokens, self.cursor
+        assert at is not None
+        out = self.pending[:k]
+        while len(out) < k and at < len(seq):
+            sub = self._sub_at(at, len(seq))
+            if sub is not None:
+                out.extend(sub[1])
+                at += len(sub[0])
+            else:
+                out.append(seq[at])
+                at += 1
+        # A copy that reaches the text's end copies what it just drafted (the text repeats
+        # itself: "a map of the valley, a map of the valley, ..."), as far as k.
+        n = len(seq)
+        while out and len(out) < k and at - n < len(out):
+            out.append(out[at - n])
+            at += 1
+        return out[:k]
 
     def _near(self) -> int | None:
         """Just after the place the copy was left: where the last token (two, when it can)
@@ -241,11 +370,14 @@ class NgramDrafter:
         found = None
         for p in range(start, stop):
             if seq[p] == last:
-                if p > 0 and seq[p - 1] == before:
-                    return p + 1
+                if p > start and seq[p - 1] == before:
+                    found, self.run = p + 1, 2
+                    break
                 if found is None:
-                    found = p + 1
-        if found is None and len(seq) - self.left_when > NEAR:
+                    found, self.run = p + 1, 1
+        if found is not None:
+            self._learn(found, self.run)
+        elif len(seq) - self.left_when > NEAR:
             self.left = None  # gone too far from it: an ordinary lookup from now on
         return found
 

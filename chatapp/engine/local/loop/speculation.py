@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 from typing import TYPE_CHECKING
 
 from chatapp.engine.local.loop.drafts import DraftPolicy
@@ -12,6 +13,12 @@ PROBE_LENGTH = 4
 
 if TYPE_CHECKING:
     from chatapp.engine.local.load.loaded_model import LoadedModel
+
+# What batches cost each loaded model here, per thread count (the thread governor changes the
+# count mid-reply when another program takes a core): threads -> rows -> seconds.
+BATCH_COSTS: weakref.WeakKeyDictionary[LoadedModel, dict[int, dict[int, float]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class Speculation:
@@ -37,13 +44,12 @@ class Speculation:
         self.drafter = drafter
         self.drafts: list[int] = []  # the drafts decoded in the current batch
         self.row = -1  # logits row the next token is sampled from (-1: the last decode's one)
-        if not hasattr(worker, "batch_costs"):
-            worker.batch_costs = {}  # rows -> seconds: what batches cost this model here
-        self.policy = DraftPolicy(worker.batch_costs)
+        self.threads = -1
+        self.policy = DraftPolicy()
         self.shadow: list[int] = []  # a lookup not drafted: compared with what comes
         self.shadow_compared = 0  # of its tokens so far
-        self.shadow_continuing = False  # it went on with a followed copy
-        self.continuing = False  # the current batch's draft went on with a followed copy
+        self.shadow_basis = ""  # how its place was found
+        self.basis = ""  # how the current batch's draft's place was found
         self.since_draft = PROBE_EVERY  # a draft model probes at once, then when idle this long
         self.proposed = 0  # draft tokens the model checked
         self.accepted = 0
@@ -78,18 +84,19 @@ class Speculation:
         self._close_batch()
         if self.drafter is None:  # one token at a time: nothing to weigh
             return w.decode_one(tok)
+        self.follow_threads()
         if self.shadow:  # the lookup not drafted last time, against the token that came
             hit = self.shadow[0] == tok
-            cont = self.shadow_continuing or self.shadow_compared > 0
-            self.policy.observe(int(hit), 1, continuing=cont)
+            basis = "copy" if self.shadow_compared else self.shadow_basis
+            self.policy.observe(int(hit), 1, basis)
             self.shadow = self.shadow[1:] if hit else []
             self.shadow_compared += 1
         drafts: list[int] = []
         room = min(w.n_ctx - len(w.kv_tokens) - 1, left - 1)
         text = [*w.kv_tokens, tok]  # (a copy of the whole text: made once a step)
-        follows = getattr(self.drafter, "follows", None)
-        continuing = bool(room > 0 and follows is not None and follows(text))
-        k = self.policy.length(room, continuing) if room > 0 else 0
+        basis_of = getattr(self.drafter, "basis", None)
+        basis = basis_of(text) if room > 0 and basis_of is not None else ""
+        k = self.policy.length(room, basis) if room > 0 and basis is not None else 0
         self.since_draft += 1
         if k == 0 and self.drafter.name != "ngram" and self.since_draft > PROBE_EVERY:
             k = min(PROBE_LENGTH, room)  # a draft model is only judged by drafting: probe
@@ -99,9 +106,9 @@ class Speculation:
             t0 = time.perf_counter()
             drafts = self.drafter.propose(text, k)[:k]
             self.policy.proposed(len(drafts), time.perf_counter() - t0)
-        elif room > 0 and self.drafter.name == "ngram" and not self.shadow:
+        elif basis and not self.shadow:
             self.shadow = self.drafter.propose(text, 4)  # a lookup costs ~µs
-            self.shadow_compared, self.shadow_continuing = 0, continuing
+            self.shadow_compared, self.shadow_basis = 0, basis
         t0 = time.perf_counter()
         code = w.decode([tok, *drafts], logits_all=True) if drafts else w.decode_one(tok)
         if code != 0:
@@ -110,9 +117,25 @@ class Speculation:
         self.policy.timed(1 + len(drafts), time.perf_counter() - t0)
         if drafts:
             self.drafts, self.row = drafts, 0
-            self.continuing = continuing
+            self.basis = basis or ""
             self.batches += 1
         return code
+
+    def one_row(self, seconds: float) -> float:
+        """The last decode's time as one row's: a batch's divided by what its rows cost in
+        one-row decodes here (the thread governor judges the pace of single steps, and a reply
+        that drafts makes few of them)."""
+        rows = len(self.drafts) + 1 if self.drafts else 1
+        return seconds / self.policy.cost(rows) if rows > 1 else seconds
+
+    def follow_threads(self) -> None:
+        """The batch costs measured at the thread count decodes run with now."""
+        gov = getattr(self.w, "governor", None)
+        threads = gov.threads if gov is not None else 0
+        if threads != self.threads:
+            self.threads = threads
+            costs = BATCH_COSTS.setdefault(self.w, {})
+            self.policy.use_costs(costs.setdefault(threads, {}))
 
     def end(self) -> None:
         """The reply ended: drafts it never reached leave the KV cache."""
@@ -124,7 +147,7 @@ class Speculation:
         accepted = self.row
         compared = min(len(self.drafts), accepted + 1)
         self.proposed += compared
-        self.policy.observe(accepted, compared, continuing=self.continuing)
+        self.policy.observe(accepted, compared, self.basis)
         self.w.drop_last(self.unverified)
         self.drafts, self.row = [], -1
 

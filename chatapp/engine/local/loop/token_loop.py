@@ -152,8 +152,8 @@ class Generation(ReplyLoop):
                 left = s.max_tokens - (index - len(prefix))
                 t_decode, n_before = time.perf_counter(), len(w.kv_tokens)
                 code = spec.decode(tok, left)
-                if gov is not None and len(w.kv_tokens) == n_before + 1:
-                    gov.step(time.perf_counter() - t_decode, index)
+                if gov is not None and len(w.kv_tokens) > n_before:  # a batch: as one row
+                    gov.step(spec.one_row(time.perf_counter() - t_decode), index)
                 if code != 0:
                     reason = StopReason.CONTEXT_FULL if code == 1 else StopReason.ERROR
                     detail = f"llama_decode returned {code}"
