@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the fake Hub: standard library only
 
-from fake_hub import FakeHub  # noqa: E402
+from fakes.hub import FakeHub  # noqa: E402
 
 CHATAPP = str(Path(sys.executable).with_name("chatapp"))
 

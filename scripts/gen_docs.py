@@ -3,7 +3,7 @@ bindings F1 lists) and docs/config.md (config.py's documented fields).
 
 Run: python scripts/gen_docs.py            (writes the pages)
      python scripts/gen_docs.py --check    (exit 1 if a committed page differs from a fresh one)
-tests/test_docs.py checks the committed pages against a fresh generation.
+tests/unit/test_docs.py checks the committed pages against a fresh generation.
 """
 
 from __future__ import annotations

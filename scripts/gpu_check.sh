@@ -113,7 +113,7 @@ say "install: chatapp --no-index in $(elapsed "$T") s"
 cd "$ROOT"
 T=$(date +%s)
 set +e
-"$VPY" -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_gpu_fallback.py \
+"$VPY" -m pytest -q -rs -p no:cacheprovider tests/engine/test_gpu.py tests/engine/test_gpu_fallback.py \
   >"$LOGS/tests.log" 2>&1
 TESTS=$?
 set -e

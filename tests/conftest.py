@@ -21,7 +21,7 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["CHATAPP_CONFIG"] = str(root / "config" / "config.toml")
     # Other tools' model folders, empty: the developer's own Hugging Face cache, Ollama,
     # LM Studio and llama.cpp models never leak into a test. The Hub is never the real one:
-    # a closed port unless a test starts the fake Hub (tests/fake_hub.py).
+    # a closed port unless a test starts the fake Hub (tests/fakes/hub.py).
     for env, name in OTHER_TOOLS.items():
         path = root / name
         path.mkdir()

@@ -1,5 +1,5 @@
-"""What the tests share: Pilot waits and keys, the CLI in a subprocess, the fake engines other
-than the scripted one (scripted_engine.py), and the real chat templates' data."""
+"""What the tests share: Pilot waits and keys, the CLI in a subprocess, and the real chat
+templates' data (the fake engines are in fakes/engines.py)."""
 
 from __future__ import annotations
 
@@ -9,26 +9,15 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-from scripted_engine import ScriptedEngine
 from textual.app import App
 from textual.widgets import Static
 
 from chatapp.engine.protocol import (
-    Candidate,
     ChatMessage,
-    EngineError,
-    Finished,
-    GenerateRequest,
     LoadOptions,
-    ModelInfo,
-    PromptEvaluated,
-    StopReason,
-    Token,
-    TokenPiece,
 )
-from chatapp.metrics import GenerationStats, stats_from_times
 from chatapp.models.bundled import smollm2_path
+from chatapp.ui.app import ChatApp
 from chatapp.ui.themes import PANEL_DEFAULTS
 
 SIZE = (120, 40)  # the terminal of the Pilot tests
@@ -149,99 +138,6 @@ def one_error_line(r: subprocess.CompletedProcess, code: int = 1) -> str:
     return lines[0].removeprefix("error: ")
 
 
-# ---- fake engines (the scripted one is scripted_engine.py) ----------------------------------
-
-
-class FakeEngine:
-    """Stands in for LocalEngine: fixed replies and log-probs, chosen by the file's name."""
-
-    vocab = 16
-
-    def __init__(self, opts):
-        self.path = opts.model_path
-        self.pid = os.getpid()
-
-    def start(self):
-        if "broken" in self.path:
-            raise EngineError(f"could not load {self.path}")
-        return ModelInfo(self.path, self.vocab, 1024, 2048, 0.01, False, 0, 1, 1, True)
-
-    def generate(self, request):
-        n = request.settings.max_tokens
-        for i in range(n):
-            yield Token(i, 3 if "noisy" in self.path and i > 1 else 1, b"a", "a", float(i))
-        stats = GenerationStats(10, 10, n, 0.1, 0.05, 0.2, 10 + n, 1024)
-        yield Finished(StopReason.MAX_TOKENS, "a" * n, stats)
-
-    def tokenize(self, text, special=True):
-        shift = 1 if "othertok" in self.path else 0
-        return [TokenPiece((i + shift) % self.vocab, b"x") for i in range(40)]
-
-    def score(self, tokens):
-        rng = np.random.default_rng(7)
-        logits = rng.normal(size=(len(tokens) - 1, self.vocab))
-        if "noisy" in self.path:
-            logits += np.random.default_rng(8).normal(scale=2.0, size=logits.shape)
-        return (logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))).astype(np.float32)
-
-    def close(self):
-        pass
-
-
-class BrokenEngine:
-    """An engine whose model never loads (a file llama.cpp refuses after the header check)."""
-
-    pid = None
-
-    def __init__(self, opts: LoadOptions) -> None:
-        self.opts = opts
-
-    def start(self):
-        raise EngineError(f"could not load {self.opts.model_path}: llama.cpp refused it")
-
-    def close(self) -> None:
-        pass
-
-
-# What a model (or a server's JSON) may emit, and what a user may paste: each must be shown as
-# visible symbols, never reach the terminal raw.
-HOSTILE = [
-    "\x1b[31mred\x1b[0m",  # SGR colour
-    "\x1b]0;pwned\x07",  # OSC: set the window title
-    "\x1b[2J\x1b[H",  # clear the screen, cursor home
-    "nul\x00byte",
-    "bell\x07",
-    "\x9b31mC1",  # 8-bit CSI
-    "lone\ud800surrogate",  # from JSON "\ud800", or argv that is not UTF-8
-    "back\x08space",
-    "carriage\rreturn",
-    "del\x7f",
-]
-
-
-class HostileEngine(ScriptedEngine):
-    """Replies with the HOSTILE words, one token each."""
-
-    def generate(self, request: GenerateRequest):
-        self.requests.append(request)
-        t0 = time.perf_counter()
-        yield PromptEvaluated(
-            (TokenPiece(1, b"\x1b[2J"), TokenPiece(2, b"user")), "", 2, 0, 0.001, t0
-        )
-        times, parts = [], []
-        for n, word in enumerate(HOSTILE):
-            piece = (" " + word).encode("utf-8", "surrogatepass")
-            cand = Candidate(n, piece, 0.5, 0.6)
-            times.append(time.perf_counter())
-            parts.append(" " + word)
-            yield Token(n, n, piece, " " + word, times[-1], -0.69, (cand,))
-        stats = stats_from_times(
-            t_request=t0, t_prefill_start=t0, t_prefill_end=t0 + 0.001, token_times=times,
-            prompt_tokens=2, prompt_evaluated=2, n_past=2 + len(times), n_ctx=2048,
-        )  # fmt: skip
-        yield Finished(StopReason.EOG, "".join(parts), stats)
-
-
 # ---- the real chat templates (tests/data/templates) -----------------------------------------
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
@@ -281,3 +177,10 @@ GENERATION_PROMPT = {
 def pane(app):
     """The chat's ConversationPane: the conversation, its session and the live reply."""
     return app.chat_screen.pane
+
+
+def chat_app() -> ChatApp:
+    """The chat on the scripted engine, with the bundled model's path as its file."""
+    from fakes.engines import ScriptedEngine
+
+    return ChatApp(lambda: ScriptedEngine(), options=LoadOptions(model_path=str(smollm2_path())))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gguf_builders import with_string
+from fakes.gguf_files import with_string
 
 from chatapp.models.bundled import smollm2_path
 

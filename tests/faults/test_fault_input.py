@@ -9,19 +9,8 @@ import sys
 import time
 
 import pytest
-from helpers import (
-    HOSTILE,
-    REPO,
-    SIZE,
-    HostileEngine,
-    one_error_line,
-    pane,
-    run_cli,
-    screen_text,
-    status,
-    wait_until,
-)
-from scripted_engine import ScriptedEngine
+from fakes.engines import HOSTILE, HostileEngine, ScriptedEngine
+from helpers import REPO, SIZE, one_error_line, pane, run_cli, screen_text, status, wait_until
 from textual import events
 
 from chatapp.engine.local.process.local_engine import LocalEngine
@@ -164,7 +153,7 @@ def test_ask_prompt_longer_than_the_context():
 
 @pytest.mark.parametrize(
     ("args", "expected"),
-    [  # --top-p 2.0, --top-k -1 and --temperature -1 are in tests/test_cli.py
+    [  # --top-p 2.0, --top-k -1 and --temperature -1 are in tests/chat/test_cli.py
         (["--min-p", "1.5"], "min_p must be between 0 and 1, got 1.5"),
         (["--repeat-penalty", "0.5"], "repeat_penalty must be between 1 and 2, got 0.5"),
         (["--max-tokens", "0"], "max_tokens must be between 1 and 32768, got 0"),

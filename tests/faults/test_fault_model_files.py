@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from gguf_builders import build, kv_str, tensor
+from fakes.gguf_files import build, kv_str, tensor
 from helpers import SIZE, one_error_line, pane, run_cli, status, submit, type_text, wait_until
 
 from chatapp.engine.local.process.local_engine import LocalEngine

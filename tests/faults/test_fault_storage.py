@@ -1,6 +1,6 @@
 """A broken history database through `chatapp history`: one `error:` line naming the file, the
 file left as it was. (Store-level faults: disk full, read-only, deleted while running, two
-writers, are in tests/test_store.py.)"""
+writers, are in tests/chat/test_store.py.)"""
 
 from __future__ import annotations
 

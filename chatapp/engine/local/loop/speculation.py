@@ -33,7 +33,7 @@ class Speculation:
     cache, and the next batch starts from it. Drafts here are deterministic (greedy or looked
     up), i.e. a point mass q = 1[d]; for those, speculative sampling's accept-with-p(d)/q(d)
     rule and its residual distribution reduce to exactly this (speculative_probs() is the
-    general rule; tests/test_speculation.py checks both on fixed logits). Greedy output is the
+    general rule; tests/unit/test_speculation.py checks both on fixed logits). Greedy output is the
     same token for token as decoding without drafts wherever llama.cpp's batched logits equal
     its one-token logits (F16 on the CPU; quantized matmuls round differently in a batch, so
     there the outputs can part at a near-tie).

@@ -1,0 +1,36 @@
+"""F1 and the command palette show the keys as [keys] in config.toml rebinds them, and F1
+lists every binding of the chat's widgets and screens, with ids that [keys] accepts."""
+
+from __future__ import annotations
+
+from fakes.engines import ScriptedEngine
+from test_ui import SIZE
+
+from chatapp.config import Config
+from chatapp.ui.app import ChatApp
+from chatapp.ui.launch import binding_ids
+from chatapp.ui.screens.help import HelpScreen
+
+REBOUND = {"chat.regenerate": "ctrl+g", "tokens.rejected": "x", "prompt.newline": "ctrl+j"}
+
+
+async def test_f1_and_the_palette_show_rebound_keys_and_every_binding():
+    app = ChatApp(lambda: ScriptedEngine(), config=Config(keymap=REBOUND))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f1")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        keys = {bid: key for key, _does, bid in app.screen.rows if bid}
+        for bid, key in REBOUND.items():
+            assert keys[bid] == key, f"F1 shows {keys.get(bid)!r} for {bid}, not {key!r}"
+        known = binding_ids()
+        assert set(keys) <= known, f"ids [keys] rejects: {set(keys) - known}"
+        chat_ids = {i for i in known if not i.startswith("vs.")}  # (--vs: its own screen)
+        assert chat_ids <= set(keys), f"not in F1: {sorted(chat_ids - set(keys))}"
+        assert {"tokens.rejected", "tokens.home", "tokens.end"} <= set(keys)
+        fixed = {key for key, _does, bid in app.screen.rows if not bid}
+        assert {"enter", "ctrl+p", "ctrl+q"} <= fixed  # shown, but not as rebindable
+        await pilot.press("escape")
+        await pilot.pause()
+        commands = {c.title: c.help for c in app.get_system_commands(app.screen)}
+        assert "ctrl+g" in commands["Regenerate"] and "ctrl+r" not in commands["Regenerate"]

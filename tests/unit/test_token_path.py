@@ -1,0 +1,61 @@
+"""docs/architecture.md's "A token's path" names what the code has, in the files it says."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# the names the section gives, and where it says they are
+NAMED = {
+    "chatapp.ui.widgets.conversation": ["ConversationPane.send",
+                                        "ConversationPane.on_reply_stream_tokens_arrived"],
+    "chatapp.chat.session": ["ChatSession.add_user", "ChatSession.prepare", "ChatSession.took",
+                             "ChatSession.finished", "LiveReply"],
+    "chatapp.ui.streaming": ["ReplyStream.run", "ReplyStream.TokensArrived"],
+    "chatapp.engine.local.process.local_engine": ["LocalEngine.generate"],
+    "chatapp.engine.local.loop.reply_loop": ["ReplyLoop.send"],
+    "chatapp.engine.candidate_rows": ["Candidates.settle"],
+    "chatapp.ui.pacing": ["FramePacer"],
+    "chatapp.ui.panel_feed": ["PanelFeed.frame", "PanelFeed.end"],
+    "chatapp.ui.widgets.stats": ["reply_stats", "StatsPanel.watch_reply"],
+    "chatapp.ui.widgets.tokens": ["TokenPanel.watch_reply"],
+    "chatapp.ui.widgets.probs": ["ProbPanel.watch_reply"],
+}  # fmt: skip
+
+
+def _section() -> str:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    return text.split("## A token's path", 1)[1].split("\n## ", 1)[0]
+
+
+def test_every_name_on_the_path_is_in_the_code_where_the_docs_say():
+    section = _section()
+    for module_name, names in NAMED.items():
+        module = importlib.import_module(module_name)
+        for name in names:
+            assert f"`{name.split('.')[-1]}`" in section or name in section, name
+            obj = module
+            for part in name.split("."):
+                obj = getattr(obj, part)  # AttributeError: the code no longer has it
+
+
+def test_the_path_has_six_files_and_one_store():
+    """From the worker's send to the panels: the six files the section lists, each on the path
+    (a class or function the section names lives there)."""
+    section = _section()
+    files = re.findall(r"`(\w+\.py)`", section.split("pass through six files", 1)[1])[:6]
+    assert files == [
+        "reply_loop.py", "local_engine.py", "streaming.py", "conversation.py", "session.py",
+        "panel_feed.py",
+    ]  # fmt: skip
+    on_path = {module.rsplit(".", 1)[1] + ".py" for module in NAMED}
+    assert set(files) <= on_path
+    # one store: the session's draft, the UI's reply and the strip's rows are no copies
+    tokens, reply = (
+        importlib.import_module("chatapp.ui.widgets.tokens"),
+        importlib.import_module("chatapp.ui.reply"),
+    )
+    assert not hasattr(tokens, "ShownToken") and "tokens" not in reply.Reply.__dataclass_fields__
