@@ -33,7 +33,7 @@ from chatapp.ui.widgets.get_models import GetModelsView
 from chatapp.ui.widgets.hub_downloads import DownloadState, HubDownloads
 
 
-class ChatApp(LiteralApp, App):
+class ChatApp(LiteralApp):
     """Chat with a local model and watch tokens, speed and probabilities live. The app keeps
     the model (an EngineSlot) and what outlives a screen (themes, keys, Hub downloads); the
     chat is its ChatScreen, whose ConversationPane owns the conversation and the live reply."""
