@@ -284,7 +284,7 @@ async def steering_shot() -> None:
     from chatapp.ui.widgets.sampler import Slider
     from chatapp.ui.widgets.steer_panel import SteerPanel
 
-    app = greedy_app(110)
+    app = greedy_app(240)  # long enough that the slider moves while it streams
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.slot.engine is not None)
         await pilot.press("alt+v")
