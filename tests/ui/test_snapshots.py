@@ -11,7 +11,7 @@ from helpers import SIZE, pane, wait_until
 
 from chatapp.metrics import GenerationStats
 from chatapp.ui.app import ChatApp
-from chatapp.ui.widgets.conversation import ConversationPane
+from chatapp.ui.conversation.pane import ConversationPane
 
 # The one number of the Speed panel read from the wall clock, pinned where it is measured; the
 # rest (rates, sparkline, the "why" note) reaches the picture through the app's own path.
@@ -126,7 +126,7 @@ def test_small_terminal_layout(snap_compare):
 
 
 def test_a_thinking_models_reply_with_its_reasoning_folded(snap_compare, monkeypatch):
-    import chatapp.ui.reply as reply_module
+    import chatapp.ui.conversation.reply as reply_module
     from chatapp.sampling import SamplerSettings
 
     words = ["<think>", "The", "user", "asks", "about", "the", "sea", ".", "</think>"]

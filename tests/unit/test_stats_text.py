@@ -23,7 +23,7 @@ def test_numbers_read_the_same_everywhere() -> None:
 
 def test_footer_and_ask_line() -> None:
     from chatapp.commands.ask import stats_line
-    from chatapp.ui.reply import stats_footer as reply_footer
+    from chatapp.ui.conversation.reply import stats_footer as reply_footer
 
     assert reply_footer is stats_footer
     line = stats_footer("Q4_1", 0.05, 812.4, 80.44, 12, "eog", ["settings changed at token 3"])

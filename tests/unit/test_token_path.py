@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # the names the section gives, and where it says they are
 NAMED = {
-    "chatapp.ui.widgets.conversation": ["ConversationPane.send",
+    "chatapp.ui.conversation.pane": ["ConversationPane.send",
                                         "ConversationPane.on_reply_stream_tokens_arrived"],
     "chatapp.chat.session": ["ChatSession.add_user", "ChatSession.prepare", "ChatSession.took",
                              "ChatSession.finished", "LiveReply"],
@@ -19,7 +19,7 @@ NAMED = {
     "chatapp.engine.local.loop.reply_loop": ["ReplyLoop.send"],
     "chatapp.engine.candidate_rows": ["Candidates.settle"],
     "chatapp.ui.pacing": ["FramePacer"],
-    "chatapp.ui.panel_feed": ["PanelFeed.frame", "PanelFeed.end"],
+    "chatapp.ui.conversation.panel_feed": ["PanelFeed.frame", "PanelFeed.end"],
     "chatapp.ui.widgets.stats": ["reply_stats", "StatsPanel.watch_reply"],
     "chatapp.ui.widgets.tokens": ["TokenPanel.watch_reply"],
     "chatapp.ui.widgets.probs": ["ProbPanel.watch_reply"],
@@ -48,7 +48,7 @@ def test_the_path_has_six_files_and_one_store():
     section = _section()
     files = re.findall(r"`(\w+\.py)`", section.split("pass through six files", 1)[1])[:6]
     assert files == [
-        "reply_loop.py", "local_engine.py", "streaming.py", "conversation.py", "session.py",
+        "reply_loop.py", "local_engine.py", "streaming.py", "pane.py", "session.py",
         "panel_feed.py",
     ]  # fmt: skip
     on_path = {module.rsplit(".", 1)[1] + ".py" for module in NAMED}
@@ -56,6 +56,6 @@ def test_the_path_has_six_files_and_one_store():
     # one store: the session's draft, the UI's reply and the strip's rows are no copies
     tokens, reply = (
         importlib.import_module("chatapp.ui.widgets.tokens"),
-        importlib.import_module("chatapp.ui.reply"),
+        importlib.import_module("chatapp.ui.conversation.reply"),
     )
     assert not hasattr(tokens, "ShownToken") and "tokens" not in reply.Reply.__dataclass_fields__

@@ -18,16 +18,16 @@ from chatapp.config import Config
 from chatapp.engine.protocol import EngineError, Grammar, ModelInfo
 from chatapp.history.store import StoreError
 from chatapp.sampling import SamplerSettings
+from chatapp.ui.conversation.pane import ConversationPane
+from chatapp.ui.conversation.reply import stored_footer
 from chatapp.ui.engine_slot import EngineSlot
 from chatapp.ui.pacing import settle_gc
-from chatapp.ui.reply import stored_footer
 from chatapp.ui.screens.conversations import Choice, ConversationsScreen
 from chatapp.ui.screens.file_picker import FilePickerScreen
 from chatapp.ui.screens.grammar import CLEAR, GrammarScreen
 from chatapp.ui.screens.system_prompt import SystemPromptScreen
 from chatapp.ui.streaming import ReplyStream
 from chatapp.ui.widgets.chat import MessageView
-from chatapp.ui.widgets.conversation import ConversationPane
 from chatapp.ui.widgets.inside import InsidePanel
 from chatapp.ui.widgets.probs import ProbPanel
 from chatapp.ui.widgets.sampler import SamplerPanel

@@ -16,11 +16,11 @@ from chatapp.chat.session import ChatSession
 from chatapp.config import Config
 from chatapp.engine.protocol import EngineError, Finished, Token
 from chatapp.sampling import SamplerSettings
+from chatapp.ui.conversation.pane import ConversationPane
 from chatapp.ui.engine_slot import EngineSlot
 from chatapp.ui.literal import literal
 from chatapp.ui.prompt_input import PromptInput
 from chatapp.ui.streaming import ReplyStream
-from chatapp.ui.widgets.conversation import ConversationPane
 from chatapp.ui.widgets.probs import ProbPanel
 from chatapp.ui.widgets.sampler import SamplerPanel
 from chatapp.ui.widgets.stats import StatsPanel

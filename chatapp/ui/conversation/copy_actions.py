@@ -3,19 +3,41 @@ through the terminal's clipboard (OSC 52)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from chatapp.chat import copying
 from chatapp.engine.protocol import ChatMessage
 
 if TYPE_CHECKING:
-    from chatapp.ui.widgets.conversation import ConversationPane
+    from textual.app import App
+    from textual.notifications import SeverityLevel
+
+    from chatapp.chat.session import ChatSession
+
+
+class Pane(Protocol):
+    """What copying uses of the conversation pane it serves."""
+
+    session: ChatSession
+
+    @property
+    def app(self) -> App: ...
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None: ...
 
 
 class Clipboard:
     """Copies from a conversation pane's session with Textual's copy_to_clipboard."""
 
-    def __init__(self, pane: ConversationPane) -> None:
+    def __init__(self, pane: Pane) -> None:
         self.pane = pane
         self._code_turn: tuple[int, int] = (-1, -1)  # (the reply's length, the block copied last)
 

@@ -18,16 +18,16 @@ from chatapp.chat.attachments import Attachment
 from chatapp.chat.session import ChatSession, PickError
 from chatapp.config import Config, draft_source
 from chatapp.engine.protocol import Candidate, ModelInfo, Token
-from chatapp.ui.attach_box import AttachBox
-from chatapp.ui.branch_view import BranchView
-from chatapp.ui.copy_actions import Clipboard
+from chatapp.ui.conversation.attach_box import AttachBox
+from chatapp.ui.conversation.branch_view import BranchView
+from chatapp.ui.conversation.copy_actions import Clipboard
+from chatapp.ui.conversation.panel_feed import PanelFeed
+from chatapp.ui.conversation.reply import Reply, footer_for
+from chatapp.ui.conversation.reply_report import ReplyReport
 from chatapp.ui.engine_slot import EngineSlot
 from chatapp.ui.literal import literal
 from chatapp.ui.pacing import FramePacer, settle_gc
-from chatapp.ui.panel_feed import PanelFeed
 from chatapp.ui.prompt_input import PromptInput
-from chatapp.ui.reply import Reply, footer_for
-from chatapp.ui.reply_report import ReplyReport
 from chatapp.ui.streaming import SMOOTH, ReplyStream
 from chatapp.ui.widgets.chat import ChatView, MessageView
 from chatapp.ui.widgets.stats import LiveStats

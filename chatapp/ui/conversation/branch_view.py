@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from chatapp.chat.branches import Turn
 from chatapp.chat.session import LiveReply
-from chatapp.ui.reply import Reply, stored_footer
+from chatapp.ui.conversation.reply import Reply, stored_footer
 from chatapp.ui.widgets.chat import MessageView
 
 if TYPE_CHECKING:
