@@ -52,6 +52,35 @@ def _ids(tokens: list[Token]) -> list[int]:
     return [t.id for t in tokens]
 
 
+def test_replies_decoded_together_bend_from_the_same_token(engine, happy):
+    """Regenerate x N: a slider moved mid-reply steers every reply of the batch, from the next
+    token on (the replies run in step, so one index marks them all)."""
+    settings = SamplerSettings(temperature=0.0, repeat_penalty=1.0, max_tokens=80)
+
+    def together(steer_at: int | None) -> tuple[list, list[SteeringApplied]]:
+        request = GenerateRequest(
+            (), settings, raw_prompt=PROMPT, top_n=1, ignore_eos=True, n_alternatives=2
+        )
+        events = []
+        for event in engine.generate(request):
+            events.append(event)
+            if isinstance(event, Token) and event.index == steer_at and event.seq == 0:
+                engine.set_steering(_steer(happy, 8.0))
+        applied = [e for e in events if isinstance(e, SteeringApplied)]
+        return [e for e in events if isinstance(e, Token)], applied
+
+    plain, none = together(None)
+    steered, applied = together(0)
+    assert none == [] and len(applied) == 1
+    first = applied[0].index
+    assert 0 < first < 30
+    for seq in (0, 1):
+        ours = [t.id for t in steered if t.seq == seq]
+        theirs = [t.id for t in plain if t.seq == seq]
+        assert ours[:first] == theirs[:first]
+        assert ours[first : first + 20] != theirs[first : first + 20]
+
+
 def test_a_steered_reply_is_the_same_whatever_the_cache_held(engine, happy, model_path):
     fresh = LocalEngine(LoadOptions(model_path=model_path, n_ctx=2048, n_gpu_layers=0))
     fresh.start()

@@ -83,6 +83,9 @@ class ParallelGeneration(ReplyLoop):
                 if changed is not None:
                     settings = changed
                     m = ranked_size(settings, req.top_n, w.n_vocab)
+                if self.new_steering is not None:  # every reply, from the next decode on
+                    self.send(w.steering.change(self.new_steering, index), flush=True)
+                    self.new_steering = None
                 live = [q for q in seqs if q.reason is None]
                 if self.cancelled:
                     for q in live:
