@@ -8,25 +8,25 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.text import Text
-from textual import events, work
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widget import Widget
-from textual.widgets import Button, Collapsible, Input, Select, Static, TextArea
+from textual.widgets import Button, Select, Static
 
 from chatapp.chat.session import ChatSession
 from chatapp.engine import control_vector, steer_library
 from chatapp.engine.protocol import Engine, EngineError, ModelInfo, SteeringApplied
 from chatapp.engine.steering import REMOTE_NOTE, Meter, Steering, SteeringError, SteerVector
 from chatapp.sampling import Bound, Sampler
-from chatapp.textsafe import for_terminal, printable
 from chatapp.ui.literal import literal
 from chatapp.ui.widgets import steer_meter
 from chatapp.ui.widgets.inside import InsidePanel
 from chatapp.ui.widgets.sampler import Slider
+from chatapp.ui.widgets.steer_make import MakeBox
 from chatapp.ui.widgets.tokens import TokenPanel, TokenStrip
 
 STRENGTH = Bound(
@@ -50,25 +50,6 @@ def sentence(text: str) -> str:
     bare), and a full stop unless it ends in punctuation already."""
     text = text.strip()
     return text[:1].upper() + text[1:] + ("" if text[-1:] in ".…:!?" else ".")
-
-
-class NameBox(Input):
-    """The new vector's name: pasted control characters become visible symbols."""
-
-    def _on_paste(self, event: events.Paste) -> None:
-        event.stop()
-        event.prevent_default()  # Input's own would insert them raw
-        super()._on_paste(events.Paste(printable(event.text)))
-
-
-class ExamplesBox(TextArea):
-    """One example a line: pasted control characters become visible symbols (as in the
-    prompt), so an escape sequence shows as text and never reaches the terminal."""
-
-    async def _on_paste(self, event: events.Paste) -> None:
-        event.stop()
-        event.prevent_default()  # TextArea's own would insert them raw
-        await super()._on_paste(events.Paste(for_terminal(event.text)))
 
 
 def strength_row(name: str) -> Sampler:
@@ -142,13 +123,7 @@ class SteerPanel(VerticalScroll):
         yield Static("Load a model to steer it.", id="steer-status")
         yield Static(ABOUT, id="steer-about")
         yield Vertical(id="steer-controls")
-        with Collapsible(title="Make a vector from examples", id="steer-make-box"):
-            yield NameBox(placeholder="name (letters, digits, _ - .)", id="steer-name")
-            yield Static("More of the concept, one example a line:", classes="steer-title")
-            yield ExamplesBox(id="steer-positive")
-            yield Static("Less of it (the opposite), one a line:", classes="steer-title")
-            yield ExamplesBox(id="steer-negative")
-            yield Button("Make and add", id="steer-make", compact=True)
+        yield MakeBox()
 
     def on_mount(self) -> None:
         self.call_after_refresh(self._follow_the_token_cursor)
@@ -351,7 +326,8 @@ class SteerPanel(VerticalScroll):
 
     def make_from_examples(self) -> None:
         engine, info = self.engine(), self.info
-        name = self.query_one("#steer-name", Input).value.strip()
+        box = self.query_one(MakeBox)
+        name = box.vector_name
         if engine is None or info is None or self.working:
             self.say("Wait for the model (or the vector being made) first.", error=True)
             return
@@ -360,7 +336,7 @@ class SteerPanel(VerticalScroll):
             return
         try:
             steer_library.check_name(name)
-            pair = steer_library.Pair(name, self._box("positive"), self._box("negative"))
+            pair = steer_library.Pair(name, box.examples("positive"), box.examples("negative"))
             target = steer_library.vector_path(info.path, name)
         except SteeringError as exc:
             self.say(str(exc), error=True)
@@ -374,16 +350,8 @@ class SteerPanel(VerticalScroll):
         self._make(engine, pair, target)
 
     def _show_making(self, making: bool) -> None:
-        """The make button says a vector is being made (the status line may be scrolled out of
-        sight above the box) and takes no second press meanwhile."""
         self.working = making
-        button = self.query_one("#steer-make", Button)
-        button.label = "Making…" if making else "Make and add"
-        button.disabled = making
-
-    def _box(self, side: str) -> tuple[str, ...]:
-        text = self.query_one(f"#steer-{side}", TextArea).text
-        return steer_library.examples(text, f"the {side} box")
+        self.query_one(MakeBox).show_making(making)
 
     @work(thread=True, exit_on_error=False, group="steer")
     def _make(self, engine: Engine, pair: steer_library.Pair, target: Path) -> None:
