@@ -14,7 +14,7 @@ from helpers import SIZE, pane, status, submit, wait_until
 from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
 from chatapp.ui.app import ChatApp
-from chatapp.ui.widgets import conversation as pane_module
+from chatapp.ui.conversation import pane as pane_module
 
 RESTARTED = "the model worker {how}; start it again to continue"
 
