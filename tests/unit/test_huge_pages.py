@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,6 +13,7 @@ import pytest
 
 from chatapp.commands.ask import load_settings
 from chatapp.engine.local.load import huge_pages
+from chatapp.engine.local.process.child import real_std_streams
 from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions, ModelInfo
 from chatapp.ui.widgets.stats import run_settings
@@ -142,3 +146,49 @@ def test_llama_bench_runs_as_the_engine_when_asked(tmp_path: Path, monkeypatch):
     for call in log.read_text().splitlines():
         args, _, tunables = call.partition(" | ")
         assert "-fa 0" in args and "-lm" not in args and "hugetlb" not in tunables
+
+
+def _at_once(work, args) -> None:
+    threads = [threading.Thread(target=work, args=(a,)) for a in args]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def test_workers_started_at_once_leave_the_environment_as_it_was(monkeypatch):
+    """Two files loading together (`--vs`): each start sees its own setting, and afterwards no
+    tunable is left on for the workers started later (huge_pages=False among them)."""
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.setattr(huge_pages, "available", lambda *a: True)
+    seen = []
+
+    def start(wanted: bool) -> None:
+        with huge_pages.for_children(wanted):
+            seen.append((wanted, os.environ.get("GLIBC_TUNABLES")))
+            time.sleep(0.05)  # proc.start() takes this long or longer
+
+    _at_once(start, [True, True, False, True])
+    assert "GLIBC_TUNABLES" not in os.environ
+    assert sorted(seen, key=str) == sorted(
+        [(True, huge_pages.TUNABLE)] * 3 + [(False, None)], key=str
+    )
+
+
+def test_streams_swapped_for_a_start_at_once_are_put_back(monkeypatch):
+    class NoFd:  # what a TUI or pytest may put in sys.stdout
+        def fileno(self) -> int:
+            raise OSError
+
+    out, err = NoFd(), NoFd()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+
+    def start(delay: float) -> None:  # the second starts while the first is inside, ends after
+        time.sleep(delay)
+        with real_std_streams():
+            assert sys.stdout.fileno() >= 0
+            time.sleep(0.05)
+
+    _at_once(start, [0.0, 0.02])
+    assert sys.stdout is out and sys.stderr is err

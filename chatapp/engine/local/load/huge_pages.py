@@ -5,12 +5,16 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from pathlib import Path
 
 # glibc >= 2.35: malloc madvises its large mmap'd chunks MADV_HUGEPAGE. Older glibc ignores an
 # unknown tunable; other C libraries ignore the variable.
 TUNABLE = "glibc.malloc.hugetlb=1"
 THP_ENABLED = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+# The environment is the process's: two workers started at once (the two files of `--vs`)
+# would each restore what the other set, leaving the tunable on for every later worker.
+_ENVIRONMENT = threading.Lock()
 
 
 def available(thp_enabled: Path = THP_ENABLED) -> bool:
@@ -38,18 +42,19 @@ def for_children(wanted: bool | None):
     With 4 KB pages the transposed V cache that decode reads at depth spans thousands of pages
     per token; measured on a 2-core Xeon at depth 1024 (n_ctx 4096), a bare decode loop ran
     0.960x llama-bench with 4 KB pages and 0.979x with huge pages."""
-    if wanted is False or not available():
-        yield
-        return
-    saved = os.environ.get("GLIBC_TUNABLES")
-    os.environ["GLIBC_TUNABLES"] = tunables(saved)
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("GLIBC_TUNABLES", None)
-        else:
-            os.environ["GLIBC_TUNABLES"] = saved
+    with _ENVIRONMENT:  # (a worker started without them waits too: it reads the same env)
+        if wanted is False or not available():
+            yield
+            return
+        saved = os.environ.get("GLIBC_TUNABLES")
+        os.environ["GLIBC_TUNABLES"] = tunables(saved)
+        try:
+            yield
+        finally:
+            if saved is None:
+                os.environ.pop("GLIBC_TUNABLES", None)
+            else:
+                os.environ["GLIBC_TUNABLES"] = saved
 
 
 def in_use() -> bool:

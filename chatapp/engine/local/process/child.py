@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 
 
 def check_model_file(path: str) -> None:
@@ -30,24 +31,28 @@ def exit_words(code: int) -> str:
         return f"signal {-code}"
 
 
+_STREAMS = threading.Lock()  # sys.stdout and sys.stderr are the process's
+
+
 @contextlib.contextmanager
 def real_std_streams():
     """multiprocessing passes sys.stderr's fd to its helper process; a TUI (or pytest) may have
     swapped in an object without one, so point both at /dev/null while spawning."""
-    saved = sys.stdout, sys.stderr
-    devnull = None
-    try:
-        for name in ("stdout", "stderr"):
-            stream = getattr(sys, name)
-            try:
-                ok = stream is not None and stream.fileno() >= 0
-            except (OSError, ValueError, AttributeError):
-                ok = False
-            if not ok:
-                devnull = devnull or open(os.devnull, "w")
-                setattr(sys, name, devnull)
-        yield
-    finally:
-        sys.stdout, sys.stderr = saved
-        if devnull is not None:
-            devnull.close()
+    with _STREAMS:  # (two at once would each put back what the other set)
+        saved = sys.stdout, sys.stderr
+        devnull = None
+        try:
+            for name in ("stdout", "stderr"):
+                stream = getattr(sys, name)
+                try:
+                    ok = stream is not None and stream.fileno() >= 0
+                except (OSError, ValueError, AttributeError):
+                    ok = False
+                if not ok:
+                    devnull = devnull or open(os.devnull, "w")
+                    setattr(sys, name, devnull)
+            yield
+        finally:
+            sys.stdout, sys.stderr = saved
+            if devnull is not None:
+                devnull.close()
