@@ -264,7 +264,7 @@ class ConversationPane(Vertical):
         """Steering changed mid-reply (the Steer tab): kept with the reply, marked in Tokens."""
         if self._live(message.reply_id) is not None:
             self.session.steering_applied(message.event)
-            self.panels.tokens.mark_steering(message.event.index)
+            self.panels.tokens.show_steering()
 
     async def on_reply_stream_ended(self, message: ReplyStream.Ended) -> None:
         reply = self._live(message.reply_id)

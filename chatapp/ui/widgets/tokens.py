@@ -273,7 +273,6 @@ class TokenPanel(Vertical):
         self._prompt_of: PromptEvaluated | None = None
         self._drawn: LiveReply | None = None  # the reply in the strip, and how many of its tokens
         self._drawn_n = 0
-        self.steer_marks: frozenset[int] = frozenset()  # the reply's (TokenStrip.marks)
         self.concept: tuple[float, ...] = ()  # the reply's concept meter (TokenStrip.concept)
 
     @property
@@ -293,9 +292,14 @@ class TokenPanel(Vertical):
     def strip(self) -> TokenStrip:
         return self.query_one("#reply-tokens", TokenStrip)
 
-    def mark_steering(self, index: int | None) -> None:
-        """Mark the reply's token `index` as the first with new steering (None: clear all)."""
-        self.steer_marks = self.steer_marks | {index} if index is not None else frozenset()
+    @property
+    def steer_marks(self) -> frozenset[int]:
+        """The reply's tokens where new steering took effect (its LiveReply keeps them)."""
+        changes = self.reply.steering_changes if self.reply is not None else []
+        return frozenset(index for index, _ in changes)
+
+    def show_steering(self) -> None:
+        """Mark (▸) where the reply's steering changed; the prompt view has no marks."""
         self.strip.marks = frozenset() if self.show_prompt else self.steer_marks
 
     def show_concept(self, values: tuple[float, ...]) -> None:
@@ -317,9 +321,7 @@ class TokenPanel(Vertical):
             if not self.show_prompt:
                 self.strip.cursor = None
                 self.strip.tokens = tuple(tokens)
-            changes = live.steering_changes if live is not None else []
-            self.steer_marks = frozenset(i for i, _ in changes)  # (a branch looked at keeps its)
-            self.strip.marks = frozenset() if self.show_prompt else self.steer_marks
+            self.show_steering()  # (a branch looked at keeps its marks)
             self.show_concept(())
             self._legend()
         elif len(tokens) > self._drawn_n:
@@ -369,7 +371,7 @@ class TokenPanel(Vertical):
         )
         self.strip.cursor = None
         self.strip.tokens = tuple(self.prompt if value else self.reply_tokens)
-        self.strip.marks = frozenset() if value else self.steer_marks
+        self.show_steering()
         self.show_concept(self.concept)
         self._legend()
 
