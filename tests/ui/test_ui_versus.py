@@ -20,6 +20,7 @@ from chatapp.sampling import SamplerSettings
 from chatapp.ui.launch import versus_app
 from chatapp.ui.screens.versus import GREEDY as GREEDY_TEST
 from chatapp.ui.screens.versus import VersusScreen, parting_step
+from chatapp.ui.streaming import ReplyStream
 from chatapp.ui.widgets.probs import ProbPanel
 from chatapp.ui.widgets.sampler import Slider
 
@@ -103,6 +104,11 @@ async def test_both_replies_stream_and_the_parting_step_is_marked(tmp_path):
         replies = [m for m in store.all_messages(conversation.id) if m.role == "assistant"]
         assert len(replies) == 2
         assert [m.id for m in store.messages(conversation.id)][-1] == replies[0].id
+        # Both panes' Ended messages can reach the screen after both columns finished (they
+        # bubble through each column first): a late one keeps nothing twice.
+        screen.post_message(ReplyStream.Ended(0, cols[1].finished))
+        await pilot.pause()
+        assert len([m for m in store.all_messages(conversation.id) if m.role == "assistant"]) == 2
         # A sampler change goes to both files (from the next prompt here: none is streaming).
         slider = app.query_one("#slider-temperature", Slider)
         slider.set_value(0.7)

@@ -128,6 +128,7 @@ class VersusScreen(Screen):
         for slot in slots:
             slot.listener = self  # their loads report here
         self.cursor: int | None = None  # the step walked to (None: the latest)
+        self.settled = True  # whether this prompt's two replies have been settled (see _settle)
         self.holders: dict[str, Vertical] = {}  # each side's panels: label, candidates...
         sessions = {  # (b's replies are saved through a's, beside them)
             "a": ChatSession(history, self.settings, config.system_prompt),
@@ -242,7 +243,7 @@ class VersusScreen(Screen):
             self.status(problem)
             return
         self.query_one("#vs-prompt", PromptInput).clear()
-        self.cursor = None
+        self.cursor, self.settled = None, False
         for column in self.columns.values():
             column.begin()
             await column.pane.send(text)
@@ -265,9 +266,12 @@ class VersusScreen(Screen):
         self._settle()
 
     def _settle(self) -> None:
-        """Once both replies are over: where the files part, or what went wrong."""
-        if any(c.finished is None and not c.error for c in self.columns.values()):
-            return  # (one is still replying, or waits for its model)
+        """Once both replies are over: where the files part, or what went wrong. Once per
+        prompt: both panes' Ended messages can reach the screen after both columns have
+        finished, and B's reply must be kept beside A's only once."""
+        if self.settled or any(c.finished is None and not c.error for c in self.columns.values()):
+            return  # (done already, or one is still replying, or waits for its model)
+        self.settled = True
         errors = [f"{side.upper()}: {c.error}" for side, c in self.columns.items() if c.error]
         if errors:
             self.status(" · ".join(errors))
