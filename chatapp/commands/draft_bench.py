@@ -76,6 +76,14 @@ def _server_reply(server, prompt: str, tokens: int) -> ServerRun:
     )
 
 
+def _warm(server, prompt: str) -> None:
+    """One token of the prompt, untimed: the weights paged in, the compute graph made."""
+    import httpx
+
+    body = {"prompt": prompt, "n_predict": 1, "temperature": 0.0, "cache_prompt": False}
+    httpx.post(f"{server.url}/completion", json=body, timeout=600).raise_for_status()
+
+
 def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
     """Index of the first token where two replies differ (None when they are the same)."""
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
@@ -160,7 +168,7 @@ class ServerArm:
         if self.kept is not None:
             return _server_reply(self.kept, prompt, tokens)
         with self._server() as server:
-            _server_reply(server, prompt, 1)  # warm-up: the weights paged in, the graph made
+            _warm(server, prompt)
             return _server_reply(server, prompt, tokens)
 
 
