@@ -42,7 +42,7 @@ def run_make(
         vector = steer_library.make_vector(engine, pair, method, at)
     finally:
         engine.close()
-    control_vector.write(target, vector)
+    control_vector.write(target, vector, replace=replace)
     facts = {
         "name": name,
         "path": str(target),

@@ -92,8 +92,10 @@ def read(path: str | Path) -> ControlVector:
     return ControlVector(found, hint if isinstance(hint, str) else "")
 
 
-def write(path: str | Path, vector: ControlVector) -> None:
-    """Write it as llama-cvector-generator does, through a temporary file and a rename."""
+def write(path: str | Path, vector: ControlVector, *, replace: bool = True) -> None:
+    """Write it as llama-cvector-generator does, through a temporary file and a rename. With
+    replace=False a file already there (one made meanwhile by another `steer make` or the
+    Steer tab) is kept and SteeringError says so: the new file is linked in only where none is."""
     from gguf import GGUFWriter
 
     target = Path(path)
@@ -111,10 +113,29 @@ def write(path: str | Path, vector: ControlVector) -> None:
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
-        os.replace(tmp, target)
-    except BaseException:
+        if replace:
+            os.replace(tmp, target)
+        else:
+            _link_new(Path(tmp), target)
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
+
+
+def _link_new(tmp: Path, target: Path) -> None:
+    """Put `tmp` at `target` only if nothing is there (a hard link fails on an existing name,
+    atomically; where links are not supported, a check just before the rename)."""
+    taken = SteeringError(
+        f"{target} was made meanwhile (another steer make?); it is kept and nothing was "
+        "overwritten: make this one under another name, or again with --replace"
+    )
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        raise taken from None
+    except OSError:
+        if target.exists():
+            raise taken from None
+        os.replace(tmp, target)
 
 
 def combined(vectors: list[tuple[ControlVector, float]], n_layers: int) -> np.ndarray:

@@ -89,6 +89,24 @@ class _LlamaGguf:
             lib.ggml_free(ctx)
 
 
+def test_a_vector_made_meanwhile_under_the_same_name_is_kept(tmp_path):
+    """Two makers of one name (`steer make` beside the Steer tab) both checked that the name
+    was free before their minutes of reading examples: the one that finishes second, not
+    asked to replace, gets one sentence and the first one's file stays as it was."""
+    path = tmp_path / "vectors" / "calm.gguf"
+    first, second = _vector(seed=1), _vector(seed=2)
+    control_vector.write(path, first, replace=False)
+    with pytest.raises(SteeringError) as caught:
+        control_vector.write(path, second, replace=False)
+    assert "nothing was overwritten" in str(caught.value) and "\n" not in str(caught.value)
+    kept = control_vector.read(path)
+    for i, d in first.directions.items():
+        np.testing.assert_array_equal(kept.directions[i], d)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["calm.gguf"]  # (no temp left)
+    control_vector.write(path, second)  # asked to replace (--replace): it does
+    np.testing.assert_array_equal(control_vector.read(path).directions[1], second.directions[1])
+
+
 def test_a_written_vector_is_read_by_llama_cpps_own_gguf_reader_as_its_loader_expects(tmp_path):
     vector = _vector(n_layers=30, width=576)
     path = tmp_path / "happy.gguf"

@@ -356,8 +356,9 @@ class SteerPanel(VerticalScroll):
     @work(thread=True, exit_on_error=False, group="steer")
     def _make(self, engine: Engine, pair: steer_library.Pair, target: Path) -> None:
         try:
-            control_vector.write(target, steer_library.make_vector(engine, pair))
-        except (EngineError, OSError) as exc:
+            vector_made = steer_library.make_vector(engine, pair)
+            control_vector.write(target, vector_made, replace=False)
+        except (EngineError, OSError, SteeringError) as exc:
             self.post_message(self.Added(None, f"{pair.name!r} was not made: {exc}"))
             return
         vector = SteerVector(pair.name, str(target), 0.0)
