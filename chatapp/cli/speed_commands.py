@@ -70,7 +70,8 @@ def bench(
             "--llama-server",
             help="path of llama.cpp's llama-server: streams the same reply with top-10 "
             "log-probabilities (the peer doing the token loop's work); with --draft, its plain "
-            "decode and its n-gram modes on the same greedy chats",
+            "decode and its n-gram modes on the same greedy chats (a fresh server for each "
+            "n-gram reply: those modes remember earlier replies)",
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
