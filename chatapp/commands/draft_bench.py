@@ -273,4 +273,6 @@ def task_line(name: str, r: dict) -> str:
             f"chatapp drafted / {s['best_mode']}: {s['lead']:.2f}x "
             f"[{s['lead_spread'][0]:.2f}-{s['lead_spread'][1]:.2f}]"
         )
+        if not s.get("same_text_as_chatapp", True):
+            line += " (llama-server's greedy reply is another text here: other work)"
     return line

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.commands.draft_bench import SERVER_MODES, run_draft_bench
+from chatapp.commands.draft_bench import SERVER_MODES, run_draft_bench, task_line
 from chatapp.commands.draft_tasks import DraftTask
 from chatapp.engine.protocol import LoadOptions
 from chatapp.models.bundled import smollm2_path
@@ -38,3 +38,6 @@ def test_each_n_gram_mode_meets_the_task_once(fake_server):
         assert mode["accepted"] == "0/1"  # (the fake counts the requests its process saw before)
     assert server["plain_decode_tps"] == 100.0
     assert report["tasks"]["tiny"]["chatapp"]["tokens"] > 0
+    # (the stand-in writes nothing: its greedy reply is not the engine's, and the line says so)
+    assert server["same_text_as_chatapp"] is False
+    assert "another text here" in task_line("tiny", report["tasks"]["tiny"])
