@@ -40,4 +40,8 @@ def test_each_n_gram_mode_meets_the_task_once(fake_server):
     assert report["tasks"]["tiny"]["chatapp"]["tokens"] > 0
     # (the stand-in writes nothing: its greedy reply is not the engine's, and the line says so)
     assert server["same_text_as_chatapp"] is False
-    assert "another text here" in task_line("tiny", report["tasks"]["tiny"])
+    line = task_line("tiny", report["tasks"]["tiny"])
+    assert "another text here" in line
+    # each n-gram mode's reply is not the plain one's: its ratio is starred, and the line says why
+    assert all(not mode["same_as_plain"] for mode in server["modes"].values())
+    assert "ngram-mod 1.00x*" in line and "is not its plain one" in line
