@@ -366,7 +366,7 @@ async def test_alt_s_colours_the_reply_by_surprise_and_shows_its_perplexity():
     from helpers import SIZE, send, wait_until
     from textual.widgets import Static, TabbedContent
 
-    from chatapp.chat.session import LiveReply
+    from chatapp.chat.live_reply import LiveReply
     from chatapp.engine.protocol import Token
     from chatapp.ui.app import ChatApp
     from chatapp.ui.keys import help_rows

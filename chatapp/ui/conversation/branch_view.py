@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from chatapp.chat.branches import Turn
-from chatapp.chat.session import LiveReply
+from chatapp.chat.live_reply import LiveReply
 from chatapp.ui.conversation.reply import Reply, stored_footer
 from chatapp.ui.widgets.chat import MessageView
 

@@ -6,7 +6,7 @@ import time
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from chatapp.chat.session import LiveReply
+from chatapp.chat.live_reply import LiveReply
 from chatapp.ui.pacing import FramePacer
 from chatapp.ui.widgets.inside import InsidePanel
 from chatapp.ui.widgets.probs import ProbPanel

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chatapp.chat.session import LiveReply
+from chatapp.chat.live_reply import LiveReply
 from chatapp.engine.protocol import Finished, ModelInfo, Token
 from chatapp.sampling import SamplerSettings
 from chatapp.stats_text import stats_footer

@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.reactive import reactive, var
 from textual.widgets import Static
 
-from chatapp.chat.session import LiveReply
+from chatapp.chat.live_reply import LiveReply
 from chatapp.engine.inspection import Inspection, InspectRequest
 from chatapp.engine.protocol import Engine, EngineError, Token, TokenPiece
 from chatapp.textsafe import token_display

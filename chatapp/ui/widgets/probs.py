@@ -12,7 +12,7 @@ from textual.message import Message
 from textual.reactive import reactive, var
 from textual.widget import Widget
 
-from chatapp.chat.session import LiveReply
+from chatapp.chat.live_reply import LiveReply
 from chatapp.engine.protocol import Candidate
 from chatapp.sampling import BY_NAME, SamplerSettings
 from chatapp.textsafe import token_display

@@ -13,7 +13,7 @@ from textual.containers import Vertical
 from textual.reactive import reactive, var
 from textual.widgets import Sparkline, Static
 
-from chatapp.chat.session import LiveReply
+from chatapp.chat.live_reply import LiveReply
 from chatapp.engine.protocol import ModelInfo, gpu_layer_total
 from chatapp.stats_text import decode_text, ms_text, prefill_text, threads_text
 from chatapp.ui.literal import literal

@@ -17,7 +17,7 @@ from textual.reactive import reactive, var
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
-from chatapp.chat.session import LiveReply
+from chatapp.chat.live_reply import LiveReply
 from chatapp.engine.protocol import PromptEvaluated, Token, TokenPiece
 from chatapp.textsafe import escape_bytes, token_display
 from chatapp.ui.literal import literal
