@@ -48,8 +48,11 @@ def _loaded(app) -> bool:
 
 
 def _both_done(app) -> bool:
-    columns = _screen(app).columns.values()
-    return all(c.finished is not None and not c.pane.busy for c in columns)
+    """Both replies over and the screen has settled them (each column records its end before
+    the screen hears of it: the status lines and the parting step come a message later)."""
+    screen = _screen(app)
+    columns = screen.columns.values()
+    return screen.settled and all(c.finished is not None and not c.pane.busy for c in columns)
 
 
 def _status(app) -> str:
