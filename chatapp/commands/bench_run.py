@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -13,3 +17,15 @@ class Run:
     decode_tps: float
     tokens: int
     crashed: str = ""  # the signal that killed a llama-bench run ("" = it ran)
+
+
+def interleaved(arms: dict[str, Callable[[int], T]], reps: int) -> dict[str, list[T]]:
+    """Each arm once a round for `reps` rounds, the order turning each round, so a drift in the
+    machine's speed falls on every arm alike; arm(rep) measures repetition rep."""
+    names = list(arms)
+    out: dict[str, list[T]] = {name: [] for name in names}
+    for rep in range(reps):
+        turn = rep % len(names)
+        for name in names[turn:] + names[:turn]:
+            out[name].append(arms[name](rep))
+    return out

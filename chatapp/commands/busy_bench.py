@@ -8,13 +8,13 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 from chatapp.commands.ask import started_engine
 from chatapp.commands.bench import BENCH_SETTINGS, _prompt_ids, llama_bench_run
-from chatapp.commands.bench_run import Run
+from chatapp.commands.bench_run import Run, interleaved
 from chatapp.engine.protocol import Finished, GenerateRequest, LoadOptions, Token
 from chatapp.metrics import median
 
@@ -44,21 +44,20 @@ def loads(cores: int) -> list[tuple[str, int]]:
     return out
 
 
-def _engine_runs(engine, tokens: int, depth: int, reps: int) -> tuple[list[Run], list]:
-    runs, switches = [], []
-    for rep in range(reps):
-        req = GenerateRequest(
-            messages=(),
-            settings=BENCH_SETTINGS.with_(max_tokens=tokens),
-            prompt_ids=_prompt_ids(engine, depth, rep + 1),
-            ignore_eos=True,
-            top_n=10,
-        )
-        end = next(e for e in engine.generate(req) if isinstance(e, Finished))
-        st = end.stats
-        runs.append(Run(st.prefill_tps or 0.0, st.decode_tps or 0.0, st.completion_tokens))
-        switches.append(st.thread_switches)
-    return runs, switches
+def _engine_run(engine, tokens: int, depth: int, rep: int) -> tuple[Run, tuple]:
+    """One reply on repetition rep's own prompt: its speeds and the thread switches it made."""
+    req = GenerateRequest(
+        messages=(),
+        settings=BENCH_SETTINGS.with_(max_tokens=tokens),
+        prompt_ids=_prompt_ids(engine, depth, rep + 1),
+        ignore_eos=True,
+        top_n=10,
+    )
+    end = next(e for e in engine.generate(req) if isinstance(e, Finished))
+    st = end.stats
+    return Run(st.prefill_tps or 0.0, st.decode_tps or 0.0, st.completion_tokens), tuple(
+        st.thread_switches
+    )
 
 
 def timeline(engine, tokens: int, start_s: float, stop_s: float, cores: int) -> list[str]:
@@ -85,8 +84,8 @@ def timeline(engine, tokens: int, start_s: float, stop_s: float, cores: int) -> 
             if t_first is not None and started is None and now - t_first >= start_s:
                 load = contextlib.ExitStack()
                 stack.enter_context(load)
+                started = time.perf_counter()  # (spinning() waits 0.3 s after starting it)
                 load.enter_context(spinning(1))
-                started = time.perf_counter()
             if (
                 t_first is not None
                 and load is not None
@@ -123,18 +122,23 @@ def busy_report(
     most = engine.info.n_threads if engine.info else options.threads
     pinned = started_engine(replace(options, n_threads=most))  # today's: the count fixed
     try:
+        for side in (engine, pinned):  # warm-up: caches, the template, the first decode's costs
+            _engine_run(side, 8, depth, reps)
+        in_memory = bool(engine.info and engine.info.weights_in_memory)
         for name, busy in loads(cores):
+            arms: dict[str, Callable[[int], tuple[Run, tuple]]] = {
+                "following": lambda rep: _engine_run(engine, tokens, depth, rep),
+                "pinned": lambda rep: _engine_run(pinned, tokens, depth, rep),
+            }
+            if llama_bench is not None:
+                for t in range(1, most + 1):
+                    fixed = replace(options, n_threads=t)
+                    arms[f"llama-bench -t {t}"] = _llama_bench_arm(
+                        llama_bench, fixed, depth, tokens, in_memory
+                    )
             with spinning(busy):
-                runs, switches = _engine_runs(engine, tokens, depth, reps)
-                fixed_runs, _ = _engine_runs(pinned, tokens, depth, reps)
-                fixed = {}
-                if llama_bench is not None:
-                    for t in range(1, most + 1):
-                        fixed[t] = llama_bench_run(
-                            llama_bench, replace(options, n_threads=t), depth, tokens,
-                            "engine", in_memory=bool(engine.info and engine.info.weights_in_memory),
-                        )  # fmt: skip
-            lines += _rows(name, runs, switches, fixed, fixed_runs, most)
+                runs = interleaved(arms, reps)
+            lines += _rows(name, runs, most)
         lines += timeline(engine, max(tokens * 4, 400), 1.0, 4.0, cores)
     finally:
         engine.close()
@@ -142,31 +146,53 @@ def busy_report(
     return lines
 
 
-def _rows(
-    name: str, runs: list[Run], switches: list, fixed: dict[int, Run], pinned: list[Run], most: int
-) -> list[str]:
-    dec = median([r.decode_tps for r in runs])
-    pre = median([r.prefill_tps for r in runs])
-    changed = sum(len(s) for s in switches)
+def _llama_bench_arm(exe: Path, options: LoadOptions, depth: int, tokens: int, in_memory: bool):
+    """llama-bench at options' fixed thread count, as an arm of the rounds (no switches)."""
+
+    def arm(_rep: int) -> tuple[Run, tuple]:
+        return llama_bench_run(exe, options, depth, tokens, "engine", in_memory=in_memory), ()
+
+    return arm
+
+
+def _rows(name: str, runs: dict[str, list[tuple[Run, tuple]]], most: int) -> list[str]:
+    """One load's lines: medians of the engine's runs, and per-round ratios' medians (each
+    round ran every arm once, in turn)."""
+    following = [r for r, _ in runs["following"]]
+    pinned = [r for r, _ in runs["pinned"]]
+    changed = sum(len(s) for _, s in runs["following"])
+    dec = median([r.decode_tps for r in following])
+    pre = median([r.prefill_tps for r in following])
     out = [f"{name}: engine decode {dec:.1f} t/s, prefill {pre:.1f} t/s ({changed} switches)"]
-    p_dec = median([r.decode_tps for r in pinned])
-    p_pre = median([r.prefill_tps for r in pinned])
     out.append(
-        f"  engine pinned at {most} threads: decode {p_dec:.1f}, prefill {p_pre:.1f} "
-        f"(following / pinned: decode {dec / p_dec:.3f}x, prefill {pre / p_pre:.3f}x)"
+        f"  engine pinned at {most} threads: decode "
+        f"{median([r.decode_tps for r in pinned]):.1f}, prefill "
+        f"{median([r.prefill_tps for r in pinned]):.1f} (following / pinned: decode "
+        f"{_ratio(following, pinned, 'decode_tps'):.3f}x, prefill "
+        f"{_ratio(following, pinned, 'prefill_tps'):.3f}x)"
     )
+    fixed = {arm: [r for r, _ in rs] for arm, rs in runs.items() if arm.startswith("llama-bench")}
     if fixed:
-        best_dec = max(fixed.values(), key=lambda r: r.decode_tps)
-        best_pre = max(fixed.values(), key=lambda r: r.prefill_tps)
-        for t, r in fixed.items():
+        for arm, rs in fixed.items():
             out.append(
-                f"  llama-bench -t {t}: decode {r.decode_tps:.1f}, prefill {r.prefill_tps:.1f}"
+                f"  {arm}: decode {median([r.decode_tps for r in rs]):.1f}, "
+                f"prefill {median([r.prefill_tps for r in rs]):.1f}"
             )
+        rounds = list(zip(*fixed.values(), strict=True))
+        best_dec = [max(r.decode_tps for r in rnd) for rnd in rounds]
+        best_pre = [max(r.prefill_tps for r in rnd) for rnd in rounds]
         out.append(
-            f"  engine / best fixed: decode {dec / best_dec.decode_tps:.3f}x, "
-            f"prefill {pre / best_pre.prefill_tps:.3f}x"
+            "  engine / best fixed (per round): decode "
+            f"{median([r.decode_tps / b for r, b in zip(following, best_dec, strict=True)]):.3f}x, "
+            f"prefill "
+            f"{median([r.prefill_tps / b for r, b in zip(following, best_pre, strict=True)]):.3f}x"
         )
     return out
+
+
+def _ratio(a: list[Run], b: list[Run], field: str) -> float:
+    """The median of the rounds' ratios a / b of one speed."""
+    return median([getattr(x, field) / getattr(y, field) for x, y in zip(a, b, strict=True)])
 
 
 def print_busy_bench(
