@@ -76,6 +76,7 @@ async def _next_reply_works(pilot, app: ChatApp, old_pid: int, how: str) -> None
         prompt.focus()
         await pilot.press("enter")
     await wait_until(pilot, lambda: len(pane(app).session.conversation) == 4, timeout=60)
+    await wait_until(pilot, lambda: pane(app).reply is None)  # (its end drawn: the panels too)
     assert app.slot.engine.pid != old_pid and app.slot.engine.alive
     assert [m.role for m in pane(app).session.conversation] == [
         "user",

@@ -282,6 +282,8 @@ class ConversationPane(Vertical):
             )
         else:
             await reply.item.finish(ev.text, footer_for(ev, reply, info))
+        if not self.is_attached:  # the app closed while the reply's text was drawn
+            return
         self.branches.finished(reply.item.footer)
         model = info.path if info else ""
         self.panels.end(self.report.note(ev, model, reply.live.first_paint_s))
