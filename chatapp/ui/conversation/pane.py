@@ -301,6 +301,8 @@ class ConversationPane(Vertical):
         if message.log_tail:
             note += "\n\nlast log lines:\n" + message.log_tail
         await reply.item.finish(text, note)
+        if not self.is_attached:  # the app closed meanwhile (its slot closes the worker)
+            return
         reply.item.add_class("error")
         self.branches.label()
         self.set_status(f"error: {message.message}", error=True)
