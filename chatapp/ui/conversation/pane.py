@@ -95,6 +95,13 @@ class ConversationPane(Vertical):
         return BranchView(self.session, self.chat)
 
     @property
+    def closing(self) -> bool:
+        """The app is closing: it removes its widgets (the side panels' parts too, in no set
+        order), so a reply's handler resumed after an await draws nothing more (the slot ends
+        the worker)."""
+        return not self.app.is_running
+
+    @property
     def busy(self) -> bool:  # a reply is in progress (then the model stays as it is)
         return self.reply is not None
 
@@ -235,6 +242,8 @@ class ConversationPane(Vertical):
         self.pacer.framed()
         self.paint_log.append((time.perf_counter(), len(shown)))
         await reply.show_text()
+        if self.closing:
+            return
         if first:
             self.call_after_refresh(self._record_first_paint, reply)
         self.panels.frame(first)
@@ -282,7 +291,7 @@ class ConversationPane(Vertical):
             )
         else:
             await reply.item.finish(ev.text, footer_for(ev, reply, info))
-        if not self.is_attached:  # the app closed while the reply's text was drawn
+        if self.closing:
             return
         self.branches.finished(reply.item.footer)
         model = info.path if info else ""
@@ -301,7 +310,7 @@ class ConversationPane(Vertical):
         if message.log_tail:
             note += "\n\nlast log lines:\n" + message.log_tail
         await reply.item.finish(text, note)
-        if not self.is_attached:  # the app closed meanwhile (its slot closes the worker)
+        if self.closing:
             return
         reply.item.add_class("error")
         self.branches.label()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TypeVar
 
 from rich.console import Group
 from rich.style import Style
@@ -12,15 +11,12 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.reactive import reactive, var
-from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 
 from chatapp.chat.live_reply import LiveReply
 from chatapp.engine.protocol import ModelInfo, gpu_layer_total
 from chatapp.stats_text import decode_text, ms_text, prefill_text, threads_text
 from chatapp.ui.literal import literal
-
-W = TypeVar("W", bound=Widget)
 
 SPARK_POINTS = 60  # the sparkline shows the speed of the last this many tokens
 
@@ -170,15 +166,9 @@ class StatsPanel(Vertical):
     def on_resize(self) -> None:
         self._redraw()  # the context bar's width follows the panel's
 
-    def _part(self, selector: str, kind: type[W]) -> W | None:
-        """One of the panel's parts; None before they are composed or after they are removed
-        (a reply's end handled while the app closes)."""
-        found = self.query(selector)
-        return found.first(kind) if self.is_mounted and found else None
-
     def watch_notes(self, notes: str) -> None:
-        if (part := self._part("#stats-notes", Static)) is not None:
-            part.update(literal(notes))
+        if self.is_mounted:
+            self.query_one("#stats-notes", Static).update(literal(notes))
 
     def watch_reply(self, live: LiveReply | None) -> None:
         if live is not None:
@@ -192,8 +182,8 @@ class StatsPanel(Vertical):
         self._redraw()
 
     def watch_speeds(self, speeds: tuple[float, ...]) -> None:
-        if (spark := self._part("#speed-spark", Sparkline)) is not None:
-            spark.data = list(speeds) or [0.0]
+        if self.is_mounted:
+            self.query_one(Sparkline).data = list(speeds) or [0.0]
 
     def _redraw(self) -> None:
         if not self.is_mounted:
@@ -234,5 +224,4 @@ class StatsPanel(Vertical):
             Text.assemble(("threads ", "bold"), run_settings(info, s.threads)) if info else Text()
         )
         table = Group(t, threads)
-        if (part := self._part("#stats-table", Static)) is not None:
-            part.update(table, layout=False)  # fixed height
+        self.query_one("#stats-table", Static).update(table, layout=False)  # fixed height
