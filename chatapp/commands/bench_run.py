@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -19,13 +19,18 @@ class Run:
     crashed: str = ""  # the signal that killed a llama-bench run ("" = it ran)
 
 
-def interleaved(arms: dict[str, Callable[[int], T]], reps: int) -> dict[str, list[T]]:
-    """Each arm once a round for `reps` rounds, the order turning each round, so a drift in the
-    machine's speed falls on every arm alike; arm(rep) measures repetition rep."""
-    names = list(arms)
-    out: dict[str, list[T]] = {name: [] for name in names}
+def turns(names: list[str], reps: int) -> Iterator[tuple[int, list[str]]]:
+    """Each round's order of the arms `names`, turning one place each round, so a drift in the
+    machine's speed falls on every arm alike: (rep, order) for `reps` rounds."""
     for rep in range(reps):
         turn = rep % len(names)
-        for name in names[turn:] + names[:turn]:
+        yield rep, names[turn:] + names[:turn]
+
+
+def interleaved(arms: dict[str, Callable[[int], T]], reps: int) -> dict[str, list[T]]:
+    """Each arm once a round for `reps` rounds, in turns(); arm(rep) measures repetition rep."""
+    out: dict[str, list[T]] = {name: [] for name in arms}
+    for rep, order in turns(list(arms), reps):
+        for name in order:
             out[name].append(arms[name](rep))
     return out

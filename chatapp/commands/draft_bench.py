@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chatapp.commands.bench_run import turns
 from chatapp.commands.draft_tasks import HELD_OUT, DraftTask
 from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions
 from chatapp.metrics import GenerationStats, median
@@ -214,9 +215,8 @@ def _run_task(
     _reply(engine, task, "", 16)  # warm-up: caches, the template
     sides: dict[str, list[Side]] = {"plain": [], "draft": []}
     runs: dict[str, list[ServerRun]] = {mode: [] for mode in servers}
-    for rep in range(reps):
-        turn = rep % len(arms)
-        for arm in arms[turn:] + arms[:turn]:
+    for rep, order in turns(arms, reps):
+        for arm in order:
             if arm in servers:
                 runs[arm].append(servers[arm].reply(prompt, task.tokens))
             else:
