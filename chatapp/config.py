@@ -60,14 +60,18 @@ class Config:
     threads: int | None = None
     """CPU threads for decoding; None (or 0 in the file) = as `chatapp tune` found, else all."""
     flash_attn: bool | None = None
-    """Flash attention; None (absent) = tuned, else off on the CPU and llama.cpp's choice on
-    a GPU."""
+    """Flash attention; None (absent) = on on the CPU with `exact_batches`, else tuned, else
+    off there, and llama.cpp's choice on a GPU."""
     repack: bool | None = None
     """llama.cpp's extra CPU buffer types (AMX, weight repacking); None (absent) = on, unless
     they crashed on this machine."""
     huge_pages: bool | None = None
     """Transparent huge pages for the model worker's large buffers (KV cache); None (absent)
     = on where Linux offers them."""
+    exact_batches: bool = True
+    """On the CPU, attention that computes a batch's rows as it computes one token (flash
+    attention over a Q8_0 V cache), so replies with drafts are the replies without; false =
+    llama.cpp's other kernels (flash attention as `flash_attn` says, an F16 cache)."""
     autotune: bool = True
     """Tune on first use: the chat measures flash attention and threads for a file that has
     no saved tune here, in the worker's idle time (replies go first), and applies the best
@@ -237,6 +241,7 @@ class _Loader:
             "flash_attn": _flag,
             "repack": _flag,
             "huge_pages": _flag,
+            "exact_batches": _flag,
             "autotune": _flag,
             "think": _flag,
             "draft": self.draft,
@@ -353,7 +358,7 @@ def effective_theme(config: Config) -> str:
 # What leaving each optional key out means: `config show` prints it commented with this.
 _UNSET = {
     "default_model": ('""', "the bundled model is used"),
-    "flash_attn": ("true", "tuned, else off on the CPU and llama.cpp's choice on a GPU"),
+    "flash_attn": ("true", "on on the CPU with exact_batches, else tuned, else off there"),
     "repack": ("true", "on, unless it crashed on this machine"),
     "huge_pages": ("true", "on where Linux offers them"),
     "think": ("true", "the chat template's own default"),
@@ -374,6 +379,7 @@ def to_toml(config: Config) -> str:
         "flash_attn": config.flash_attn,
         "repack": config.repack,
         "huge_pages": config.huge_pages,
+        "exact_batches": config.exact_batches,
         "autotune": config.autotune,
         "think": config.think,
         "draft": config.draft or None,

@@ -56,6 +56,7 @@ def load_options(
         "flash_attn": config.flash_attn if flash_attn is None else flash_attn,
         "repack": config.repack if repack is None else repack,
         "huge_pages": config.huge_pages,
+        "exact_batches": config.exact_batches,
         "draft_model": draft_model,
     }
     options = LoadOptions(model_path=path, **{k: v for k, v in given.items() if v is not None})

@@ -76,6 +76,11 @@ class LoadOptions:
     adapt_threads: bool = True
     """Follow the machine while decoding: fewer threads while another program takes a core,
     back when it frees (engine/local/load/thread_governor.py). --threads N pins the count."""
+    exact_batches: bool = True
+    """On the CPU, run attention so that a batch's rows are bit for bit what one-token decodes
+    give (flash attention over a Q8_0 V cache; llama_open.exact_attention): drafted replies
+    are then the replies decoded without drafts, at any thread count. Not where flash
+    attention is turned off."""
 
     @property
     def threads(self) -> int:
@@ -108,6 +113,7 @@ class ModelInfo:
     weights_in_memory: bool = False  # read into (huge-paged) memory, not mapped from the file
     tuned: bool = False  # threads / flash attention / repack came from `chatapp tune`
     draft_model: str = ""  # path of the draft model loaded beside it ("" = none)
+    exact_batches: bool = False  # batched rows equal one-token decodes (LoadOptions')
     n_embd: int = 0  # width of the residual stream (what a control vector must match)
 
 

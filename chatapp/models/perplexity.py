@@ -99,13 +99,13 @@ def base_cache_path(
     """Where the reference's log-probs for this text and chunk size are kept (reused by every
     later file and run, like llama-perplexity's --kl-divergence-base). The key holds what
     moves the figures: the file, the text, the chunk size, llama.cpp's version and the load
-    options that change the arithmetic (flash attention, GPU layers, repack)."""
+    options that change the arithmetic (flash attention, GPU layers, repack, exact batches)."""
     ref = Path(reference).resolve()
     stat = ref.stat()
     numerics = (
         ("-", "-", "-")
         if options is None
-        else (options.flash_attn, options.n_gpu_layers, options.repack)
+        else (options.flash_attn, options.n_gpu_layers, options.repack, options.exact_batches)
     )
     key = (
         f"{ref}|{stat.st_size}|{stat.st_mtime_ns}|{n_ctx}|{_llama_version()}|{numerics}|".encode()

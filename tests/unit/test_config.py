@@ -122,9 +122,9 @@ token = "secret"
     config, problems = load_config()
     assert problems == [
         'config.toml: n_ctx must be a whole number, got "big"',
-        "config.toml: unknown key colour (allowed: autotune, default_model, draft, flash_attn, "
-        "huge_pages, keys, model_dirs, n_ctx, n_gpu_layers, presets, prompts, repack, sampler, "
-        "servers, system_prompt, theme, think, threads)",
+        "config.toml: unknown key colour (allowed: autotune, default_model, draft, exact_batches, "
+        "flash_attn, huge_pages, keys, model_dirs, n_ctx, n_gpu_layers, presets, prompts, repack, "
+        "sampler, servers, system_prompt, theme, think, threads)",
         "config.toml: n_gpu_layers must be a whole number, got True",
         'config.toml: repack must be true or false, got "no"',
         "config.toml: sampler.top_p must be between 0 and 1, got 2",

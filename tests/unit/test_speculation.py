@@ -475,12 +475,12 @@ def test_the_kept_length_answers_follow_every_change_of_rates_and_costs(room, co
 
 @pytest.mark.slow
 def test_greedy_output_with_drafts_is_the_same_on_the_bundled_model():
-    """The bundled Q4_1 file with flash attention on: while the text is under 256 tokens,
+    """The bundled Q4_1 file with flash attention on (and exact batches: a Q8_0 V cache):
     llama.cpp's batched rows give exactly the logits of one-token decodes (measured: 0.0 apart,
     repacked or not), so a held-out edit, its replacement drafted, comes out token for token as
-    without drafts. (Past 256 tokens of context one-token decodes split the attention over the
-    threads and sum in another order, and without flash attention batches do from the start:
-    there a near-tie can part the outputs, as in llama.cpp's own speculative decoding.)"""
+    without drafts. (With an F16 cache, past 256 tokens of context one-token decodes split the
+    attention over the threads and sum in another order, and without flash attention batches
+    do from the start: tests/engine/test_exact_drafts.py.)"""
     task = next(t for t in HELD_OUT if t.name == "list reorder")
     opts = LoadOptions(model_path=str(smollm2_path()), n_ctx=1024, n_gpu_layers=0, flash_attn=True)
     messages = (ChatMessage("user", task.prompt),)

@@ -19,8 +19,9 @@ def choose(options: LoadOptions) -> tuple[LoadOptions, bool]:
     """Fill what the user left open (threads, flash attention, repack) from this machine:
     `chatapp tune`'s best for the file, and extra buffers off where they crashed here.
 
-    Flash attention left open stays None: the worker turns it off on the CPU (decode is
-    faster without it there: tune measures it) and leaves llama.cpp's auto with GPU layers.
+    Flash attention left open stays None: the worker turns it on on the CPU where
+    `exact_batches` asks (llama_open.exact_attention), else off there (decode is faster
+    without it: tune measures it), and leaves llama.cpp's auto with GPU layers.
     Returns the options and whether a tune's result was used."""
     best = machine.tuned(options.model_path)
     changes: dict = {}
@@ -29,7 +30,8 @@ def choose(options: LoadOptions) -> tuple[LoadOptions, bool]:
     if best and runs_as_tuned(best, options):
         if options.n_threads is None and isinstance(best.get("threads"), int):
             changes["n_threads"] = best["threads"]
-        if options.flash_attn is None and isinstance(best.get("flash_attn"), bool):
+        exact = options.exact_batches  # (it needs flash attention: the tune's choice waits)
+        if options.flash_attn is None and not exact and isinstance(best.get("flash_attn"), bool):
             changes["flash_attn"] = best["flash_attn"]
         if options.repack is None and isinstance(best.get("repack"), bool):
             changes["repack"] = best["repack"]

@@ -83,6 +83,7 @@ class LoadedModel:
         gpu_ok = bool(llama_cpp.llama_supports_gpu_offload())
         offloaded = _offloaded_layers(gpu_ok, options.n_gpu_layers, n_layers)
         self.governor = self._governor(options.threads, options.adapt_threads, offloaded < n_layers)
+        exact = self.llama.context_params.type_v == llama_cpp.GGML_TYPE_Q8_0
         self.info = ModelInfo(
             path=options.model_path,
             n_vocab=self.n_vocab,
@@ -99,11 +100,12 @@ class LoadedModel:
             architecture=meta.get("general.architecture", ""),
             quant=quant_name(meta.get("general.file_type"), options.model_path),
             n_params=int(llama_cpp.llama_model_n_params(self.model)),
-            flash_attn=bool(options.flash_attn),
+            flash_attn=bool(options.flash_attn) or exact,
             repack=options.repack is not False,
             huge_pages=huge_pages.in_use(),
             weights_in_memory=self.llama.model_params.load_mode == llama_cpp.LLAMA_LOAD_MODE_NONE,
             n_embd=llama_cpp.llama_model_n_embd(self.model),
+            exact_batches=exact,
         )
 
     def _governor(self, most: int, adapt: bool, cpu_bound: bool) -> ThreadGovernor | None:

@@ -33,10 +33,12 @@ class Speculation:
     cache, and the next batch starts from it. Drafts here are deterministic (greedy or looked
     up), i.e. a point mass q = 1[d]; for those, speculative sampling's accept-with-p(d)/q(d)
     rule and its residual distribution reduce to exactly this (speculative_probs() is the
-    general rule; tests/unit/test_speculation.py checks both on fixed logits). Greedy output is the
-    same token for token as decoding without drafts wherever llama.cpp's batched logits equal
-    its one-token logits (F16 on the CPU; quantized matmuls round differently in a batch, so
-    there the outputs can part at a near-tie).
+    general rule; tests/unit/test_speculation.py checks both on fixed logits). The samplers'
+    state (the penalty window, a grammar, the random draws) sees only the tokens taken. Greedy
+    and seeded output is the same token for token as decoding without drafts wherever
+    llama.cpp's batched rows equal its one-token rows: on the CPU with exact batches
+    (llama_open.exact_attention; tests/engine/test_exact_drafts.py); elsewhere (other CPU
+    kernels, a GPU) the outputs can part at a near-tie.
     """
 
     def __init__(self, worker: LoadedModel, drafter) -> None:

@@ -368,16 +368,17 @@ class LocalEngine:
 
     def start_autotune(self) -> bool:
         """Tune on first use: when nothing is saved for this file here and the model runs on
-        the CPU, the worker times flash attention on/off and the thread counts in its idle
-        time (replies go first) and applies the best to its context, no reload. Settings the
-        user gave are kept. True if a tune began; follow it with autotune_status()."""
+        the CPU, the worker times flash attention on/off (unless exact batches hold it on) and
+        the thread counts in its idle time (replies go first) and applies the best to its
+        context, no reload. Settings the user gave are kept. True if a tune began; follow it
+        with autotune_status()."""
         info = self.info
         if info is None or info.tuned or info.n_gpu_layers > 0 or not self.alive:
             return False
         if machine.tune_crashed(self.options.model_path):
             return False  # it crashed the worker here before: never again on its own
         free = {
-            "flash_attn": self.options.flash_attn is None,
+            "flash_attn": self.options.flash_attn is None and not info.exact_batches,
             "threads": self.options.n_threads is None,
         }
         if not any(free.values()):
