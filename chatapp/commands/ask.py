@@ -81,6 +81,7 @@ def load_settings(info) -> dict | None:
     return {
         "threads": info.n_threads,
         "flash_attn": info.flash_attn,
+        "exact_batches": info.exact_batches,
         "repack": info.repack,
         "huge_pages": info.huge_pages,
         "weights_in_memory": info.weights_in_memory,

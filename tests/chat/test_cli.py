@@ -55,7 +55,8 @@ def test_ask_json_has_the_documented_keys():
     crashed = bool(machine.repack_crashes())
     assert data["settings"] == {
         "threads": os.cpu_count(),
-        "flash_attn": False,  # off on the CPU unless tuned or asked for
+        "flash_attn": True,  # on on the CPU, for exact batches (llama_open.exact_attention)
+        "exact_batches": True,
         "repack": not crashed,
         # transparent huge pages where the kernel offers them on request (or to everyone)
         "huge_pages": huge_pages.available(),
