@@ -3,6 +3,7 @@ between two readings, this process and its children left out."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import psutil
@@ -61,6 +62,37 @@ class OtherPrograms:
             return None  # (between two replies: what ran then may be gone)
         others = (now[0] - before[0]) - (now[1] - before[1])
         return max(0.0, others) / (now[2] - before[2])
+
+
+class LoadWatch:
+    """The cores other programs use now, read on a background thread every `every_s` (~30 us
+    a reading), so a fresh reading is at hand the moment a reply starts, after an idle gap as
+    well (a reading taken across the gap would say nothing of now; none at all left the
+    governor blind for the prompt and the first tokens). None when psutil cannot say."""
+
+    def __init__(self, every_s: float = 0.25, children: bool = False) -> None:
+        self._reader = OtherPrograms(children=children, max_age_s=every_s * 4)
+        self._every_s = every_s
+        self._latest: float | None = None
+        self._at = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="load-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            reading = self._reader()
+            self._latest, self._at = reading, time.monotonic()
+
+    def __call__(self) -> float | None:
+        """The last reading, or None where it is older than a few intervals (a paused
+        process, a machine that slept)."""
+        if time.monotonic() - self._at > self._every_s * 4:
+            return None
+        return self._latest
+
+    def close(self) -> None:
+        self._stop.set()
 
 
 SPARE_CORES = 0.25  # other programs may use this much of a core beyond the spare ones
