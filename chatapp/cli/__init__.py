@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -35,7 +36,10 @@ _CLI_ERRORS = (getattr(typer, "TyperException", ClickException), ClickException)
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: a user error is one `error:` line and a non-zero exit (2 for
-    bad flags, 1 for the rest), never a traceback."""
+    bad flags, 1 for the rest), never a traceback. argv None: the process's own command line
+    (the console script, `python -m chatapp.cli`), whose Ctrl-C is taken back."""
+    if argv is None:
+        _ctrl_c_stops()
     command = typer.main.get_command(app)
     try:
         code = command.main(args=argv, prog_name="chatapp", standalone_mode=False)
@@ -56,6 +60,21 @@ def main(argv: list[str] | None = None) -> None:
         print("error: interrupted", file=sys.stderr)
         code = 130
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _ctrl_c_stops() -> None:
+    """Ctrl-C (SIGINT) stops a command, however it was started.
+
+    Python keeps SIGINT ignored when the process starts with it ignored, and a shell without
+    job control starts its `&` jobs so: a script's or `bash -c`'s `cmd &`, a CI runner or a
+    tool that runs a test suite in the background. Every command started under it inherited
+    that, and a pull, quantize or bench ran on for minutes through Ctrl-C and `kill -INT`
+    (a test that sends SIGINT to a pull timed out only in such a full run). Each command
+    here runs for the person who started it and promises that Ctrl-C stops it cleanly
+    (130, what was done kept), so the KeyboardInterrupt handler is put back. To keep one
+    running through a terminal's Ctrl-C, start it in a session of its own: `setsid chatapp`."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _error(message: object) -> None:
