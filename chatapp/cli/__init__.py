@@ -65,14 +65,14 @@ def main(argv: list[str] | None = None) -> None:
 def _ctrl_c_stops() -> None:
     """Ctrl-C (SIGINT) stops a command, however it was started.
 
-    Python keeps SIGINT ignored when the process starts with it ignored, and a shell without
-    job control starts its `&` jobs so: a script's or `bash -c`'s `cmd &`, a CI runner or a
-    tool that runs a test suite in the background. Every command started under it inherited
-    that, and a pull, quantize or bench ran on for minutes through Ctrl-C and `kill -INT`
-    (a test that sends SIGINT to a pull timed out only in such a full run). Each command
-    here runs for the person who started it and promises that Ctrl-C stops it cleanly
-    (130, what was done kept), so the KeyboardInterrupt handler is put back. To keep one
-    running through a terminal's Ctrl-C, start it in a session of its own: `setsid chatapp`."""
+    A shell without job control starts its `&` jobs with SIGINT ignored (a script's or
+    `bash -c`'s `cmd &`; a CI runner or a test suite started so passes it on to every command
+    it runs), and Python then keeps it ignored: a pull, a quantize or a bench ran on for
+    minutes through Ctrl-C and `kill -INT` (the pull's Ctrl-C test timed out in a suite run so,
+    and only there). Every command here is run for whoever started it and promises that Ctrl-C
+    stops it cleanly (exit 130, what was done kept), so the KeyboardInterrupt handler goes back
+    in. One that is to outlive a terminal's Ctrl-C is started in a session of its own
+    (`setsid chatapp ...`), which the terminal's Ctrl-C never reaches."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 

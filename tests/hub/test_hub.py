@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fakes.hub import serving
+from helpers import SIGINT_IGNORED
 
 from chatapp.errors import HubError, UsageError
 from chatapp.models.hub import picker
@@ -392,12 +393,7 @@ def test_a_full_disk_mid_file_is_one_sentence_and_resumes(hub, monkeypatch):
     assert 0 < got.resumed_from <= MB and got.path.read_bytes() == data
 
 
-# A shell without job control starts its `&` jobs with SIGINT ignored (CI, a suite run in the
-# background), and Python then keeps it ignored: the pull ran on through the signal.
-IGNORING_SIGINT = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]
-
-
-@pytest.mark.parametrize("start", [[], IGNORING_SIGINT], ids=["as-started", "sigint-ignored"])
+@pytest.mark.parametrize("start", [[], SIGINT_IGNORED], ids=["as-started", "sigint-ignored"])
 def test_ctrl_c_stops_a_pull_cleanly(hub, start):
     hub.add(REPO, "tiny-Q8_0.gguf", blob(16 * MB))
     hub.hold_after = 2 * MB  # the bytes stop there until Ctrl-C is sent: never done before it
