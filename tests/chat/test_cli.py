@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
+import signal
 import subprocess
 import sys
+import threading
 
 import pytest
-from helpers import bundled, run_cli
+from fakes.servers import StubServer
+from helpers import REPO, SIGINT_IGNORED, bundled, run_cli
 
 from chatapp import machine
 from chatapp.engine.local.load import huge_pages
@@ -391,3 +395,37 @@ def test_an_error_line_on_a_terminal_shows_escape_sequences_as_symbols(monkeypat
     monkeypatch.setattr(sys, "stderr", err)
     assert run_main(monkeypatch, [], ModelFileError("x\x1b]0;pwned\x07.gguf is gone")) == 1
     assert err.getvalue() == "error: x␛]0;pwned␇.gguf is gone\n"
+
+
+def test_ctrl_c_stops_an_ask_started_with_sigint_ignored(fresh_dirs):
+    """Every command starts at the same entry point: a reply that streams from a server
+    stops on SIGINT too, although the command was started with SIGINT ignored."""
+    srv = StubServer()
+    threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
+
+    def one_token_then_silence(h, _body) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Connection", "close")
+        h.end_headers()
+        delta = {"choices": [{"delta": {"content": "Hello"}, "finish_reason": None}]}
+        h.wfile.write(f"data: {json.dumps(delta)}\n\n".encode())
+        h.wfile.flush()
+        srv.release.wait(120)  # (set when the test ends)
+
+    srv.routes[("POST", "/v1/chat/completions")] = one_token_then_silence
+    cmd = [*SIGINT_IGNORED, sys.executable, "-m", "chatapp.cli", "ask", "hi", "--server", srv.url]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    try:
+        assert select.select([proc.stdout], [], [], 60)[0], "no token in 60 s"
+        assert os.read(proc.stdout.fileno(), 5) == b"Hello"  # the reply is streaming
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()  # (an ask that ignored the signal does not outlive the test)
+        proc.wait()
+        srv.release.set()
+        srv.shutdown()
+        srv.server_close()
+    assert proc.returncode == 130
+    assert b"Traceback" not in err

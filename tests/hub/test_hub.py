@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fakes.hub import serving
+from helpers import SIGINT_IGNORED
 
 from chatapp.errors import HubError, UsageError
 from chatapp.models.hub import picker
@@ -392,20 +393,25 @@ def test_a_full_disk_mid_file_is_one_sentence_and_resumes(hub, monkeypatch):
     assert 0 < got.resumed_from <= MB and got.path.read_bytes() == data
 
 
-def test_ctrl_c_stops_a_pull_cleanly(hub):
+@pytest.mark.parametrize("start", [[], SIGINT_IGNORED], ids=["as-started", "sigint-ignored"])
+def test_ctrl_c_stops_a_pull_cleanly(hub, start):
     hub.add(REPO, "tiny-Q8_0.gguf", blob(16 * MB))
     hub.hold_after = 2 * MB  # the bytes stop there until Ctrl-C is sent: never done before it
     proc = subprocess.Popen(
-        [sys.executable, "-m", "chatapp.cli", "pull", REPO],
+        [*start, sys.executable, "-m", "chatapp.cli", "pull", REPO],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
-    while _partial_size(REPO) < MB and time.monotonic() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while _partial_size(REPO) < MB and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()  # (a pull that ignored the signal does not outlive the test)
+        proc.wait()
     assert proc.returncode == 130
     assert "stopped; what was downloaded stays: run the same command to resume" in err
     assert "Traceback" not in err and _partial_size(REPO) >= MB
