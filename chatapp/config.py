@@ -59,7 +59,9 @@ class Config:
     n_gpu_layers: int = -1
     """Layers offloaded to the GPU; -1 = all, 0 = CPU only."""
     threads: int | None = None
-    """CPU threads for decoding; None (or 0 in the file) = as `chatapp tune` found, else all."""
+    """CPU threads for decoding; None (or 0 in the file) = as `chatapp tune` found, else all the
+    CPUs chatapp may use (its affinity, a container's quota). More than those CPUs is kept with
+    a warning; more than 4 per CPU (or 256) is refused."""
     flash_attn: bool | None = None
     """Flash attention; None (absent) = tuned, else off on the CPU and llama.cpp's choice on
     a GPU."""

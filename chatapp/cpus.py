@@ -133,11 +133,11 @@ def usable_cores() -> int:
 
 def thread_limit(usable: int | None = None) -> int:
     """The most threads a count may ask for: four per usable CPU, at most 256. Past the CPUs
-    each extra llama.cpp thread only waits (every decode step meets all of them at a barrier
-    per layer, and a thread the scheduler parked holds the others): 2 threads a CPU already
-    run slower, and --threads 999 on 2 CPUs decoded at 0.2 t/s. Up to 4x is allowed for
-    measuring that; past it a count is a typo. 256: a count no CPU here has (llama.cpp's own
-    limit is 512)."""
+    each extra llama.cpp thread only waits (every decode step meets all of them at barriers,
+    and a thread the scheduler parked holds the others up): issue 49 measured 2 threads on one
+    CPU at 55 t/s against 71-81 with 1, and --threads 999 on 2 CPUs at 0.2 t/s. Up to 4x is
+    left for measuring that; past it a count is a slip. 256 bounds it on the largest machines
+    (ggml's own GGML_MAX_N_THREADS is 512)."""
     return min(OVER_CPUS * (usable or usable_cpus()), MOST_THREADS)
 
 

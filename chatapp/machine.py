@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from chatapp import jsonfile, paths
+from chatapp import cpus, jsonfile, paths
 
 MEMORY_FILE = "machine.json"
 
@@ -57,10 +57,10 @@ def cpu_flags() -> frozenset[str]:
 @cache
 def machine_key() -> str:
     """CPU model, its flags and the machine's logical CPUs: what a tuned choice depends on. The
-    machine's count, not the CPUs this process may use (cpus.usable_cpus): the key names the
+    machine's count, not the CPUs this process may use (usable_cpus): the key names the
     hardware, and a tuned count is capped to the usable CPUs where it is applied."""
     flags = hashlib.sha1(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:10]
-    return f"{cpu_name()} | {psutil.cpu_count()} cpus | flags {flags}"
+    return f"{cpu_name()} | {cpus.machine_cpus()} cpus | flags {flags}"
 
 
 def _lib_dirs() -> list[Path]:

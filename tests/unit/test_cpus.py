@@ -100,6 +100,21 @@ def test_usable_cpus_are_the_fewest_of_machine_affinity_and_quota(
     assert cpus.usable_cores() == min(4, usable)
 
 
+def test_affinity_from_the_os_else_psutil_else_unknown(monkeypatch):
+    if hasattr(os, "sched_getaffinity"):
+        assert cpus._affinity() == tuple(sorted(os.sched_getaffinity(0)))
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+
+    class Windows:
+        def cpu_affinity(self):
+            return [5, 2]
+
+    monkeypatch.setattr(cpus.psutil, "Process", Windows)
+    assert cpus._affinity() == (2, 5)
+    monkeypatch.setattr(cpus.psutil, "Process", object)  # macOS: no cpu_affinity
+    assert cpus._affinity() is None
+
+
 def test_every_caller_counts_the_usable_cpus(machine, monkeypatch):
     """The engine's default, the tune's counts, a tuned count, the load's share: one CPU."""
     machine((3,))

@@ -18,7 +18,7 @@ CALIBRATION_PROMPT = "Tell a long story about a lighthouse keeper and the sea."
 class Calibration:
     """This machine's memory read rate and the bundled model's decode."""
 
-    bytes_per_s: float  # memory read, all cores (numpy, a buffer far larger than the caches)
+    bytes_per_s: float  # memory read, every usable CPU (numpy, a buffer far larger than the caches)
     decode_tps: float  # the bundled model's greedy decode here
     model: str
     n_params: int  # the bundled model's
