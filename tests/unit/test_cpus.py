@@ -216,6 +216,14 @@ def test_threads_above_the_cpus_is_taken_with_one_warning_line(fresh_dirs, tmp_p
     assert r.returncode == 1 and len(rest) == 1  # the flag was taken: the missing file is next
 
 
+def test_the_tui_gets_the_flag_s_warning_as_a_startup_note():
+    from chatapp.cli.options import threads_notes
+
+    over = cpus.usable_cpus() + 1
+    assert threads_notes(over) == [f"--threads {cpus.check_threads(over)}"]
+    assert threads_notes(None) == [] and threads_notes(1) == []
+
+
 def test_config_threads_are_checked_as_the_flag_is(tmp_path):
     path = tmp_path / "config.toml"
     limit, usable = cpus.thread_limit(), cpus.usable_cpus()
