@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from chatapp import jsonfile, paths
+from chatapp.cpus import ThreadCountError, check_threads
 from chatapp.errors import ChatappError
 from chatapp.sampling import PRESETS, SamplerSettings, SettingsError
 
@@ -58,7 +59,9 @@ class Config:
     n_gpu_layers: int = -1
     """Layers offloaded to the GPU; -1 = all, 0 = CPU only."""
     threads: int | None = None
-    """CPU threads for decoding; None (or 0 in the file) = as `chatapp tune` found, else all."""
+    """CPU threads for decoding; None (or 0 in the file) = as `chatapp tune` found, else all the
+    CPUs chatapp may use (its affinity, a container's quota). More than those CPUs is kept with
+    a warning; more than 4 per CPU (or 256) is refused."""
     flash_attn: bool | None = None
     """Flash attention; None (absent) = tuned, else off on the CPU and llama.cpp's choice on
     a GPU."""
@@ -135,10 +138,6 @@ def _flag(value: Any) -> bool:
     if not isinstance(value, bool):
         raise _Bad(f"must be true or false, got {_show(value)}")
     return value
-
-
-def _threads(value: Any) -> int | None:
-    return _whole(0, 1024)(value) or None
 
 
 def _dotted(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -221,6 +220,23 @@ class _Loader:
             return None
         return ServerConfig(**values)
 
+    def threads(self, value: Any) -> int | None:
+        """0 = not set; else checked as --threads is (cpus.check_threads): past the hard limit
+        a problem and the default, past the usable CPUs a warning and the count kept."""
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Bad(f"must be a whole number, got {_show(value)}")
+        if value < 0:
+            raise _Bad(f"must be 1 or more, or 0 for the default (as tuned, else all), got {value}")
+        if value == 0:
+            return None
+        try:
+            warning = check_threads(value)
+        except ThreadCountError as exc:
+            raise _Bad(str(exc)) from None
+        if warning:
+            self.problem(f"threads {warning}")
+        return value
+
     def draft(self, value: Any) -> str:
         """ "ngram", "off" (stored as ""), or a model file (relative to the config's folder)."""
         if value in ("ngram", "off", ""):
@@ -233,7 +249,7 @@ class _Loader:
             "model_dirs": self.path_list,
             "n_ctx": _whole(16, 1 << 22),
             "n_gpu_layers": _whole(-1, 100_000),
-            "threads": _threads,
+            "threads": self.threads,
             "flash_attn": _flag,
             "repack": _flag,
             "huge_pages": _flag,

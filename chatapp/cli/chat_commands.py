@@ -23,6 +23,7 @@ from chatapp.cli.options import (
     ThinkOpt,
     ThreadsOpt,
     sampler_options,
+    threads_notes,
 )
 from chatapp.cli.typer_app import app
 from chatapp.commands.settings import (
@@ -85,6 +86,7 @@ def chat(
     from chatapp.config import load_config
 
     config, problems = load_config()
+    problems += threads_notes(threads)
     if system is not None:
         from chatapp.chat.prompts import resolve_system
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from chatapp.cpus import ThreadCountError, check_threads
 from chatapp.sampling import BY_NAME, SAMPLERS, SLIDERS
 
 MODEL_HELP = (
@@ -29,9 +31,37 @@ NglOpt = Annotated[
     int | None,
     typer.Option("--ngl", min=-1, help="layers on the GPU (-1 = all; default: config)"),
 ]
+
+
+def checked_threads(value: int | None) -> int | None:
+    """--threads where it enters (cpus.check_threads, as config.toml's `threads`): a count past
+    the hard limit exits 2 naming the flag; one past the usable CPUs is one warning line."""
+    if value is None:
+        return None
+    try:
+        warning = check_threads(value)
+    except ThreadCountError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if warning:
+        print(f"warning: --threads {warning}", file=sys.stderr)
+    return value
+
+
+def threads_notes(value: int | None) -> list[str]:
+    """--threads' warning (checked_threads) again, as a line for the TUI's startup notes: the
+    TUI covers the terminal where the warning was printed."""
+    warning = check_threads(value) if value else ""
+    return [f"--threads {warning}"] if warning else []
+
+
 ThreadsOpt = Annotated[
     int | None,
-    typer.Option("--threads", min=1, help="CPU threads (default: config, else tuned, else all)"),
+    typer.Option(
+        "--threads",
+        min=1,
+        callback=checked_threads,
+        help="CPU threads (default: config, else tuned, else all this process may use)",
+    ),
 ]
 ServerOpt = Annotated[
     str | None,

@@ -4,7 +4,6 @@ against llama-bench at every fixed thread count under the same load, and when it
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 from chatapp.commands.ask import started_engine
 from chatapp.commands.bench import BENCH_SETTINGS, _prompt_ids, llama_bench_run
 from chatapp.commands.bench_run import Run, interleaved
+from chatapp.cpus import usable_cpus
 from chatapp.engine.protocol import Finished, GenerateRequest, LoadOptions, Token
 from chatapp.metrics import median
 
@@ -116,7 +116,7 @@ def busy_report(
     options: LoadOptions, tokens: int, depth: int, reps: int, llama_bench: Path | None
 ) -> list[str]:
     """The comparison under each load, as lines of text."""
-    cores = os.cpu_count() or 1
+    cores = usable_cpus()
     lines = []
     engine = started_engine(options)
     most = engine.info.n_threads if engine.info else options.threads

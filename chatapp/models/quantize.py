@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from chatapp import paths
+from chatapp.cpus import usable_cpus
 from chatapp.engine.local.process.child import real_std_streams
 from chatapp.engine.protocol import EngineError
 from chatapp.errors import ModelFileError
@@ -132,7 +133,7 @@ def quantize(
     t0 = time.perf_counter()
     proc = mp.get_context("spawn").Process(
         target=_child,
-        args=(str(src_path), str(part), qtype, nthread or os.cpu_count() or 1, str(log)),
+        args=(str(src_path), str(part), qtype, nthread or usable_cpus(), str(log)),
         name="chatapp-quantize",
         daemon=True,
     )

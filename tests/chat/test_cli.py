@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import select
 import signal
@@ -16,6 +15,7 @@ from fakes.servers import StubServer
 from helpers import REPO, SIGINT_IGNORED, bundled, run_cli
 
 from chatapp import machine
+from chatapp.cpus import usable_cpus
 from chatapp.engine.local.load import huge_pages
 
 
@@ -58,7 +58,7 @@ def test_ask_json_has_the_documented_keys():
     # path takes Q4_1 and crashes on some (the engine then runs without it, remembered).
     crashed = bool(machine.repack_crashes())
     assert data["settings"] == {
-        "threads": os.cpu_count(),
+        "threads": usable_cpus(),
         "flash_attn": False,  # off on the CPU unless tuned or asked for
         "repack": not crashed,
         # transparent huge pages where the kernel offers them on request (or to everyone)
@@ -105,7 +105,7 @@ def test_tune_measures_saves_and_the_next_load_uses_it(fresh_dirs):
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     configs = {(x["flash_attn"], x["threads"]) for x in report["results"]}
-    assert {(False, os.cpu_count()), (True, os.cpu_count())} <= configs
+    assert {(False, usable_cpus()), (True, usable_cpus())} <= configs
     for row in report["results"]:
         assert not row["error"], row
         assert row["decode_tps"]["0"] > 0 and row["decode_tps"]["64"] > 0

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
+from chatapp.cpus import usable_cores
 from chatapp.engine.candidate_rows import settle
 from chatapp.engine.local.loop.grammar_sampler import GrammarSampler, GrammarUnusable, start_grammar
 from chatapp.engine.local.loop.row_sampling import ReplySampler
@@ -20,7 +21,6 @@ from chatapp.engine.protocol import (
     Token,
     fills_the_cpu,
 )
-from chatapp.machine import physical_cores
 from chatapp.metrics import GenerationStats, stats_from_times
 from chatapp.sampling import SamplerSettings
 
@@ -62,7 +62,7 @@ class ReplyLoop:
         self.settings = req.settings
         self.pending: list = []
         self.last_flush = 0.0
-        self.flush_s = FLUSH_CPU_S if fills_the_cpu(worker.info, physical_cores()) else FLUSH_S
+        self.flush_s = FLUSH_CPU_S if fills_the_cpu(worker.info, usable_cores()) else FLUSH_S
         self.cancelled = False
         self.new_settings: SamplerSettings | None = None
         self.new_steering: Steering | None = None  # sent mid-reply (inside/context_steering.py)

@@ -81,8 +81,10 @@ def _lower_priority(nice: int) -> None:
     try:
         os.nice(nice)
         target = os.getpriority(os.PRIO_PROCESS, 0)
-        tids = os.listdir("/proc/self/task")  # Linux: nice is per thread, and numpy's BLAS
-    except (OSError, AttributeError):  # pool started before this one
+        # Linux: nice is per thread, and numpy's BLAS pool started before this one. /proc, not
+        # psutil's threads(): elsewhere those ids are no pids setpriority may be given.
+        tids = os.listdir("/proc/self/task")
+    except (OSError, AttributeError):
         return
     for tid in tids:
         try:
