@@ -104,7 +104,7 @@ class _Line:
         self.name = name
         self.task: TaskID | None = None
 
-    def __call__(self, done: float, total: float, seconds: float = 0.0, base: float = 0) -> None:
+    def __call__(self, done: int, total: int, seconds: float = 0.0, base: int = 0) -> None:
         if self.task is None:
             self.task = self.progress.add_task(self.name, total=total, completed=base)
         self.progress.update(self.task, total=total, completed=done)

@@ -154,7 +154,10 @@ def test_ask_prompt_longer_than_the_context():
 @pytest.mark.parametrize(
     ("args", "expected"),
     [  # each sampler flag's range and nan: tests/chat/test_cli.py
-        (["--min-p", "1.5"], "Invalid value for '--min-p': Input should be less than or equal to 1"),
+        (
+            ["--min-p", "1.5"],
+            "Invalid value for '--min-p': Input should be less than or equal to 1",
+        ),
         (
             ["--repeat-penalty", "0.5"],
             "Invalid value for '--repeat-penalty': Input should be greater than or equal to 1",
@@ -163,7 +166,10 @@ def test_ask_prompt_longer_than_the_context():
             ["--max-tokens", "0"],
             "Invalid value for '--max-tokens': Input should be greater than or equal to 1",
         ),
-        (["--seed", "-5"], "Invalid value for '--seed': Input should be greater than or equal to 0"),
+        (
+            ["--seed", "-5"],
+            "Invalid value for '--seed': Input should be greater than or equal to 0",
+        ),
         (
             ["--temperature", "1e400"],
             "Invalid value for '--temperature': Input should be less than or equal to 2",
