@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from chatapp.cli.checks import some_text
 from chatapp.cli.options import (
     ApiKeyEnvOpt,
     BatchOpt,
@@ -146,7 +147,7 @@ def chat(
 @app.command()
 @sampler_options
 def ask(
-    prompt: Annotated[str, typer.Argument(help="what to ask")],
+    prompt: Annotated[str, typer.Argument(help="what to ask", callback=some_text)],
     model: ModelOpt = None,
     system: Annotated[
         str | None, typer.Option(help="system prompt: text, or @NAME for a named one")

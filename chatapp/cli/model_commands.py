@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from chatapp.cli.checks import some_text
 from chatapp.cli.options import (
     MODEL_HELP,
     CtxOpt,
@@ -95,7 +96,9 @@ def compare(
     files: Annotated[
         list[str], typer.Argument(help="GGUF files or names, e.g. quantizations of one model")
     ],
-    prompt: Annotated[str | None, typer.Option(help="prompt of the speed run")] = None,
+    prompt: Annotated[
+        str | None, typer.Option(help="prompt of the speed run", callback=some_text)
+    ] = None,
     tokens: Annotated[int, typer.Option(min=2, help="tokens generated greedily per file")] = 64,
     reference: Annotated[
         str | None, typer.Option(help="reference for quality (default: the largest file)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Annotated
 import typer
 
 from chatapp.cpus import ThreadCountError, check_threads
-from chatapp.sampling import BY_NAME, SAMPLERS, SLIDERS
+from chatapp.sampling import SAMPLERS, SLIDERS
 
 MODEL_HELP = (
     "a GGUF file, or a name: USER/REPO[:QUANT] or USER/REPO:FILE.gguf (Hugging Face, pulled "
@@ -123,10 +124,16 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout")]
 PathArg = Annotated[Path, typer.Argument(help="a file")]
 
 
-def bound_help(name: str) -> str:
-    """A sampler option's help with its bounds, e.g. 'randomness [0..5]'."""
-    b = BY_NAME[name].bound
-    return f"{b.help} [{b.low:g}..{b.high:g}]"
+def _finite(low: float, high: float) -> Callable[[float | None], float | None]:
+    """A check refusing nan, which min and max let through (every comparison with it is
+    false), and inf."""
+
+    def check(value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise typer.BadParameter(f"{value} is not a number from {low:g} to {high:g}")
+        return value
+
+    return check
 
 
 CLI_SAMPLERS = tuple(row for row in SLIDERS if row.cli) + tuple(
@@ -147,7 +154,10 @@ def sampler_options(command: Callable) -> Callable:
             continue
         for row in CLI_SAMPLERS:
             kind = int if row.whole else float
-            option = typer.Option(help=bound_help(row.name))
+            low, high = (kind(row.bound.low), kind(row.bound.high))
+            option = typer.Option(
+                help=row.bound.help, min=low, max=high, callback=_finite(low, high)
+            )  # (out of range: click's exit 2 naming the flag, as --ctx)
             # (built at run time for typer to read: mypy cannot take a variable as a type)
             annotation = Annotated[kind | None, option]  # type: ignore[valid-type]
             params.append(param.replace(name=row.name, annotation=annotation, default=None))

@@ -141,7 +141,7 @@ def compare_cmd(
     `options` gives the GPU layers, threads, flash attention and repack of every run (the model
     path and context size are compare's own)."""
     from chatapp.models import compare, compare_format
-    from chatapp.progress import ProgressBar
+    from chatapp.progress import bars
 
     if fmt not in COMPARE_FORMATS:
         raise EngineError(f"unknown format '{fmt}'; choose one of {', '.join(COMPARE_FORMATS)}")
@@ -149,17 +149,18 @@ def compare_cmd(
         raise EngineError("compare needs at least two GGUF files")
     if tokens < 2:
         raise EngineError(f"--tokens must be at least 2, got {tokens}")
-    result = compare.compare(
-        files,
-        prompt=prompt or compare.DEFAULT_PROMPT,
-        tokens=tokens,
-        reference=reference,
-        options=options,
-        progress=lambda msg: print(msg, file=sys.stderr, flush=True),
-        text_file=text,
-        text_ctx=text_ctx,
-        text_progress=ProgressBar,
-    )
+    with bars("tokens") as bar:
+        result = compare.compare(
+            files,
+            prompt=prompt or compare.DEFAULT_PROMPT,
+            tokens=tokens,
+            reference=reference,
+            options=options,
+            progress=lambda msg: print(msg, file=sys.stderr, flush=True),
+            text_file=text,
+            text_ctx=text_ctx,
+            text_progress=bar,
+        )
     render = {
         "table": compare_format.format_table,
         "json": compare_format.to_json,

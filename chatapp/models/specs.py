@@ -12,6 +12,7 @@ from chatapp.errors import UsageError
 HF_PREFIXES = ("https://huggingface.co/", "http://huggingface.co/", "huggingface.co/", "hf.co/")
 _REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _LOOKS_LIKE_PATH = ("/", "./", "../", "~")
+_SENTENCE_END = re.compile(r"\.\s+([A-Z])")
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,30 @@ def _ollama(text: str) -> ModelSpec:
     return ModelSpec("ollama", text, name=name, tag=tag or "latest")
 
 
+def hub_refuses(repo: str) -> str:
+    """Why huggingface_hub would refuse `repo` as a repo id ("" when it takes it), as it says
+    it ("cannot have -- or .. in repo_id"): its own check, so that no name passes here that
+    it refuses later."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo)
+    except HFValidationError as exc:
+        why = str(exc).rpartition(": ")[0] or str(exc)  # (without the repo it quotes)
+        why = _SENTENCE_END.sub(lambda m: "; " + m.group(1).lower(), why.rstrip("."))
+        return why[:1].lower() + why[1:]
+    return ""
+
+
 def _hf(text: str, body: str) -> ModelSpec:
     repo, _, tail = body.partition(":")
     repo = repo.strip("/")
-    if not _REPO.match(repo):
+    why = "" if _REPO.match(repo) else "no USER/REPO"
+    why = why or hub_refuses(repo)
+    if why:
         raise UsageError(
-            f"{text!r} is not a Hugging Face model name: give USER/REPO, USER/REPO:QUANT "
-            "or USER/REPO:FILE.gguf"
+            f"{text!r} is not a Hugging Face model name ({why}): give USER/REPO, "
+            "USER/REPO:QUANT or USER/REPO:FILE.gguf"
         )
     if tail.lower().endswith(".gguf"):
         return ModelSpec("hf", text, repo=repo, filename=tail)

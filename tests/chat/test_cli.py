@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import select
 import signal
@@ -132,9 +133,9 @@ def test_tokenize_prints_ids_and_pieces():
     ("args", "expected"),
     [
         (["ask", "hi", "--model", "/nonexistent/model.gguf"], "model file not found"),
-        (["ask", "hi", "--top-p", "2.0"], "top_p must be between 0 and 1, got 2"),
-        (["ask", "hi", "--top-k", "-1"], "top_k must be between 0 and 200, got -1"),
-        (["ask", "hi", "--temperature", "-1"], "temperature must be between 0 and 2, got -1"),
+        (["ask", "hi", "--top-p", "2.0"], "Invalid value for '--top-p'"),
+        (["ask", "hi", "--top-k", "-1"], "Invalid value for '--top-k'"),
+        (["ask", "hi", "--temperature", "-1"], "Invalid value for '--temperature'"),
         (["ask", "hi", "--top-k", "abc"], "valid integer"),
         (["ask", "hi", "--ctx", "0"], "--ctx"),
         (["ask", "hi", "--bogus"], "No such option: --bogus"),
@@ -429,3 +430,69 @@ def test_ctrl_c_stops_an_ask_started_with_sigint_ignored(fresh_dirs):
         srv.server_close()
     assert proc.returncode == 130
     assert b"Traceback" not in err
+
+
+def sampler_flag_cases():
+    """Each sampler flag of `ask` with values just outside its range, nan and inf."""
+    from chatapp.cli.options import CLI_SAMPLERS
+
+    for row in CLI_SAMPLERS:
+        flag = "--" + row.name.replace("_", "-")
+        b = row.bound
+        step = 1 if row.whole else b.step
+        bad = [b.low - step, b.high + step] + ([] if row.whole else ["nan", "inf", "-inf"])
+        for value in bad:
+            yield pytest.param(flag, f"{value:g}" if isinstance(value, float) else str(value),
+                               id=f"{flag}={value}")  # fmt: skip
+
+
+@pytest.mark.parametrize(("flag", "value"), list(sampler_flag_cases()))
+def test_a_sampler_flag_out_of_its_table_range_is_a_usage_error_naming_it(
+    monkeypatch, capsys, flag, value
+):
+    """Refused by the option itself (exit 2, the flag named), as --ctx is, not by the
+    settings after the command began (exit 1, 'temperature must be ...')."""
+    assert run_main(monkeypatch, ["ask", "hi", flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: Invalid value for '{flag}': "), err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_the_sampler_flags_own_check_refuses_nan_which_click_ranges_let_through():
+    import click
+    import typer
+
+    from chatapp.cli.options import _finite
+
+    assert click.FloatRange(0, 2).convert(float("nan"), None, None) != 0  # (nan passes)
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(typer.BadParameter, match="is not a number from 0 to 2"):
+            _finite(0, 2)(value)
+    assert _finite(0, 2)(1.5) == 1.5 and _finite(0, 2)(None) is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ask", ""],
+        ["ask", "  \n\t"],
+        ["ask", "--raw", ""],
+        ["inside", ""],
+        ["inside", " ", "--raw"],
+        ["compare", "a.gguf", "b.gguf", "--prompt", ""],
+        ["compare", "a.gguf", "b.gguf", "--prompt", "\n"],
+        ["steer", "meter", "happy", " "],
+    ],
+    ids=lambda argv: " ".join(repr(a) for a in argv),
+)
+def test_an_empty_or_blank_prompt_is_one_sentence_in_every_command_that_takes_one(argv):
+    r = run_cli(*argv, timeout=60)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert re.fullmatch(
+        r"error: Invalid value for '(prompt|--prompt|text)': it is (empty|only whitespace): "
+        r"give some text",
+        lines[0],
+    ), lines[0]
+    assert r.stdout == ""
