@@ -82,25 +82,35 @@ class LoadWatch:
     well (a reading taken across the gap would say nothing of now; none at all left the
     governor blind for the prompt and the first tokens). None when psutil cannot say."""
 
+    FIRST_S = 0.05  # the shortest span a first reading is taken over (ticks are 10 ms)
+
     def __init__(self, every_s: float = 0.25, children: bool = False) -> None:
         self._reader = OtherPrograms(children=children, max_age_s=every_s * 4)
         self._every_s = every_s
+        self._started = time.monotonic()
         self._latest: float | None = None
-        self._at = 0.0
+        self._at: float | None = None
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="load-watch", daemon=True)
         self._thread.start()
 
+    def _read(self) -> None:
+        with self._lock:
+            self._latest, self._at = self._reader(), time.monotonic()
+
     def _run(self) -> None:
         while not self._stop.wait(self._every_s):
-            reading = self._reader()
-            self._latest, self._at = reading, time.monotonic()
+            self._read()
 
     def __call__(self) -> float | None:
-        """The last reading, or None where it is older than a few intervals (a paused
-        process, a machine that slept)."""
-        if time.monotonic() - self._at > self._every_s * 4:
-            return None
+        """The last reading. Asked before the first (a reply right after the model loaded),
+        it reads now, over at least FIRST_S since the watch began; a reading older than a
+        few intervals (a paused process, a machine that slept) is read again too."""
+        at = self._at
+        if at is None or time.monotonic() - at > self._every_s * 4:
+            time.sleep(max(0.0, self._started + self.FIRST_S - time.monotonic()))
+            self._read()
         return self._latest
 
     def close(self) -> None:

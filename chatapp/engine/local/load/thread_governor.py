@@ -48,15 +48,24 @@ class Probe:
     def add(self, threads: int, seconds: float) -> None:
         self.times.setdefault(threads, []).append(seconds)
 
-    def hopeless(self) -> bool:
-        """The trial's first steps are far slower than the count before: no need to go on."""
+    def verdict(self) -> bool | None:
+        """Keep the trial (True), drop it (False), or time more steps (None). One count far
+        slower than the other decides at once: beside a build, a step on 2 threads can take
+        ten times one on 1, and four of them would cost more than the trial saves."""
         trial, before = self.times.get(self.trial, []), self.times.get(self.before, [])
         if len(trial) == 1 and not before and self.pace is not None:
-            return trial[0] > HOPELESS * self.pace  # one step far slower than the last window
-        return len(trial) >= 2 and bool(before) and min(trial) > HOPELESS * max(before)
-
-    def done(self) -> bool:
-        return all(len(self.times.get(n, [])) >= PAIRS for n in (self.before, self.trial))
+            if trial[0] > HOPELESS * self.pace:
+                return False  # one step far slower than the last window
+            if self.backed and trial[0] * HOPELESS < self.pace:
+                return True  # far faster, and the reading says why
+        if trial and before:
+            if len(trial) >= 2 and min(trial) > HOPELESS * max(before):
+                return False
+            if min(before) > HOPELESS * max(trial):
+                return True
+        if all(len(t) >= PAIRS for t in (trial, before)):
+            return self.kept()
+        return None
 
     def kept(self) -> bool:
         """Whether the trial count is kept: its median step against the count before's."""
@@ -179,10 +188,9 @@ class ThreadGovernor:
         probe = self._probe
         assert probe is not None
         probe.add(self.threads, seconds)
-        if probe.hopeless():
-            self._judge(probe, False, now, index)
-        elif probe.done():
-            self._judge(probe, probe.kept(), now, index)
+        verdict = probe.verdict()
+        if verdict is not None:
+            self._judge(probe, verdict, now, index)
         else:
             other = probe.before if self.threads == probe.trial else probe.trial
             self._set_quietly(other)
