@@ -10,7 +10,7 @@ from chatapp import paths
 from chatapp.errors import UsageError
 
 HF_PREFIXES = ("https://huggingface.co/", "http://huggingface.co/", "huggingface.co/", "hf.co/")
-_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_REPO = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # whole names: fullmatch
 _LOOKS_LIKE_PATH = ("/", "./", "../", "~")
 
 
@@ -42,7 +42,7 @@ def _ollama(text: str) -> ModelSpec:
 def _hf(text: str, body: str) -> ModelSpec:
     repo, _, tail = body.partition(":")
     repo = repo.strip("/")
-    if not _REPO.match(repo):
+    if not _REPO.fullmatch(repo):
         raise UsageError(
             f"{text!r} is not a Hugging Face model name: give USER/REPO, USER/REPO:QUANT "
             "or USER/REPO:FILE.gguf"
@@ -67,7 +67,7 @@ def parse_spec(text: str) -> ModelSpec:
         path.exists()
         or text.startswith(_LOOKS_LIKE_PATH)
         or head.lower().endswith(".gguf")
-        or not _REPO.match(head)
+        or not _REPO.fullmatch(head)
     ):
         return ModelSpec("path", text, path=path)
     return _hf(text, text)

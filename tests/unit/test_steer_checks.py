@@ -18,8 +18,10 @@ from chatapp.engine.steer_checks import (
     parse_steer,
 )
 from chatapp.engine.steering import SteeringError
+from chatapp.errors import UsageError
 from chatapp.gguf.header import inspect, quant_name
 from chatapp.models.sources.quant_names import split_part
+from chatapp.models.specs import parse_spec
 
 WIDTH = 576  # the bundled model's residual stream
 
@@ -139,6 +141,9 @@ def test_other_names_checked_by_pattern_take_the_whole_name_too():
     assert quant_name(None, "model.Q4_0.gguf") == "Q4_0"
     assert split_part("m-00001-of-00002.gguf\n") is None
     assert split_part("m-00001-of-00002.gguf") == (1, 2)
+    assert parse_spec("hf.co/user/model:Q4_0").repo == "user/model"
+    with pytest.raises(UsageError, match="is not a Hugging Face model name"):
+        parse_spec("hf.co/user/model\n:Q4_0")
 
 
 # ---- strength: one range for --steer and the slider ------------------------------------------
