@@ -113,9 +113,9 @@ def chat(
         find_model=url is None,
         draft_model=draft_model,
     )
-    steering = steering_option(steer, steer_layers, options.model_path, url)
-    if vs is not None and steering is not None:
+    if vs is not None and steer:
         raise UsageError("--vs compares two models as they are; it does not take --steer")
+    steering = steering_option(steer, steer_layers, options, url)
     if vs is not None:
         from chatapp.ui.launch import run_versus_app
 
@@ -227,7 +227,8 @@ def ask(
 def steer_specs(steer: list[str] | None, layers: str | None, server: str | None):
     """--steer NAME:STRENGTH ... and --steer-layers as ([(name, strength)], (start, end)), or
     None when not given; a sentence (SteeringError) for bad ones or for a server."""
-    from chatapp.engine.steering import REMOTE_NOTE, SteeringUnavailable, parse_layers, parse_steer
+    from chatapp.engine.steer_checks import parse_layers, parse_steer
+    from chatapp.engine.steering import REMOTE_NOTE, SteeringUnavailable
 
     if not steer:
         if layers is not None:
@@ -238,15 +239,15 @@ def steer_specs(steer: list[str] | None, layers: str | None, server: str | None)
     return [parse_steer(s) for s in steer], parse_layers(layers) if layers else (0, 0)
 
 
-def steering_option(steer, layers, model_path: str, server: str | None):
-    """The Steering `chat --steer` asks for (kept vectors or .gguf files; a built-in pair
-    must be made first: the chat's model loads later), or None."""
+def steering_option(steer, layers, options, server: str | None):
+    """The Steering `chat --steer` asks for (kept vectors, .gguf files, built-in pairs: one
+    not made for the model yet is made first), or None."""
     specs = steer_specs(steer, layers, server)
     if specs is None:
         return None
-    from chatapp.engine.steer_library import steering_for
+    from chatapp.commands.steer import chat_steering
 
-    return steering_for(specs[0], model_path, specs[1])
+    return chat_steering(options, specs)
 
 
 @app.command()

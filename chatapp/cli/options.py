@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from chatapp.cpus import ThreadCountError, check_threads
+from chatapp.engine.steer_checks import STRENGTH_LIMIT
 from chatapp.sampling import SAMPLERS, SLIDERS
 
 MODEL_HELP = (
@@ -109,15 +110,16 @@ SteerOpt = Annotated[
     typer.Option(
         "--steer",
         help="steer with a concept vector: NAME:STRENGTH (a kept vector, a built-in pair or a "
-        ".gguf control vector; repeatable), e.g. happy:4 (see `chatapp steer`)",
+        f".gguf control vector; repeatable; STRENGTH from -{STRENGTH_LIMIT:g} to "
+        f"{STRENGTH_LIMIT:g}), e.g. happy:4 (see `chatapp steer`)",
     ),
 ]
 SteerLayersOpt = Annotated[
     str | None,
     typer.Option(
         "--steer-layers",
-        help="the layers the vectors are added after: START-END, both inclusive (default: all, "
-        "as llama.cpp's --control-vector-layer-range)",
+        help="the layers the vectors are added after: START-END, both inclusive, within 1 and "
+        "the model's layer count - 1 (default: all, as llama.cpp's --control-vector-layer-range)",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout")]

@@ -59,7 +59,7 @@ def base_stem(path: Path) -> str:
     """The file's stem without a trailing quantization name (model.Q4_1.gguf -> model)."""
     stem = path.stem
     names = sorted({*QUANT_TYPES, "F32", "Q4_1", "Q8_1"}, key=len, reverse=True)
-    pattern = r"[.\-_](?:" + "|".join(re.escape(n) for n in names) + r")$"
+    pattern = r"[.\-_](?:" + "|".join(re.escape(n) for n in names) + r")\Z"
     return re.sub(pattern, "", stem, flags=re.IGNORECASE) or stem
 
 

@@ -10,7 +10,7 @@ from chatapp import paths
 from chatapp.errors import UsageError
 
 HF_PREFIXES = ("https://huggingface.co/", "http://huggingface.co/", "huggingface.co/", "hf.co/")
-_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_REPO = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # whole names: fullmatch
 _LOOKS_LIKE_PATH = ("/", "./", "../", "~")
 _SENTENCE_END = re.compile(r"\.\s+([A-Z])")
 
@@ -58,7 +58,7 @@ def hub_refuses(repo: str) -> str:
 def _hf(text: str, body: str) -> ModelSpec:
     repo, _, tail = body.partition(":")
     repo = repo.strip("/")
-    why = "" if _REPO.match(repo) else "no USER/REPO"
+    why = "" if _REPO.fullmatch(repo) else "no USER/REPO"
     why = why or hub_refuses(repo)
     if why:
         raise UsageError(
@@ -85,7 +85,7 @@ def parse_spec(text: str) -> ModelSpec:
         path.exists()
         or text.startswith(_LOOKS_LIKE_PATH)
         or head.lower().endswith(".gguf")
-        or not _REPO.match(head)
+        or not _REPO.fullmatch(head)
     ):
         return ModelSpec("path", text, path=path)
     return _hf(text, text)
