@@ -4,6 +4,7 @@ with an error after a line on stderr, or printing something that is not their ou
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -17,12 +18,20 @@ def _program(folder: Path, name: str, python: str) -> Path:
     return exe
 
 
+def _shell(folder: Path, name: str, script: str) -> Path:
+    """A /bin/sh program (starts in a few ms, where Python takes a second on a loaded box)."""
+    exe = folder / name
+    exe.write_text(f"#!/bin/sh\n{script}", encoding="utf-8")
+    exe.chmod(0o755)
+    return exe
+
+
 def llama_bench(folder: Path, avg_ts: float = 50.0) -> Path:
     """Answers --help, and every run with one result of avg_ts tokens/s, as `-o json` does."""
-    return _program(
+    return _shell(
         folder,
         "llama-bench",
-        f"import sys\nprint('[{{\"avg_ts\": {avg_ts}}}]' if '--help' not in sys.argv else 'usage')\n",
+        f'case "$*" in *--help*) echo usage; exit 0;; esac\necho \'[{{"avg_ts": {avg_ts}}}]\'\n',
     )
 
 
@@ -34,19 +43,19 @@ def llama_server(folder: Path) -> Path:
 def failing(folder: Path, name: str, last: str = "error: failed to load model") -> Path:
     """Answers --help (so it passes the check made before anything loads), then every run
     prints `last` on stderr and exits 1."""
-    return _program(
+    return _shell(
         folder,
         name,
-        "import sys\nif '--help' in sys.argv:\n    print('usage')\n    raise SystemExit(0)\n"
-        f"print('loading', file=sys.stderr)\nprint({last!r}, file=sys.stderr)\nraise SystemExit(1)\n",
+        'case "$*" in *--help*) echo usage; exit 0;; esac\n'
+        f"echo loading >&2\necho {shlex.quote(last)} >&2\nexit 1\n",
     )
 
 
 def garbage(folder: Path, name: str, text: str = "<html>hello from another program</html>") -> Path:
     """Answers --help, then prints `text` where its output should be and exits 0."""
-    return _program(
+    return _shell(
         folder,
         name,
-        "import sys\nif '--help' in sys.argv:\n    print('usage')\n    raise SystemExit(0)\n"
-        f"print('some line')\nprint({text!r})\n",
+        'case "$*" in *--help*) echo usage; exit 0;; esac\n'
+        f"echo 'some line'\necho {shlex.quote(text)}\n",
     )
