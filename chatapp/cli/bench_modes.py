@@ -24,14 +24,14 @@ MODES: dict[str | None, tuple[str, frozenset[str]]] = {
     "--alternatives": ("N replies in one batch against one reply", COUNTS | LOADING),
     "--estimate": (
         "the files it is given, at a context of 512",
-        {"--reps", "--json", "--ngl", "--threads", "--flash-attn", "--repack"},
+        frozenset({"--reps", "--json", "--ngl", "--threads", "--flash-attn", "--repack"}),
     ),
     "--terminal": ("the TUI under tmux against `chatapp ask`", COUNTS | LOADING | {"--size"}),
     "--ui": ("the TUI streaming, headless", COUNTS | LOADING),
 }
 
 # a sentence of its own where the general one would not say what to do
-WHY = {
+WHY: dict[tuple[str | None, str], str] = {
     ("--busy", "--threads"): (
         "--threads pins the thread count, and --busy measures the engine choosing it (its "
         "pinned arm runs at the count the engine starts with): leave --threads out"

@@ -148,7 +148,7 @@ def bench(
         config=read_config(),
         draft_model=draft_model,
     )
-    tokens, reps = tokens or TOKENS, reps or REPS
+    asked, tokens, reps = tokens, tokens or TOKENS, reps or REPS
     if mode == "--estimate":
         from chatapp.commands.estimate_bench import print_estimate_bench
 
@@ -162,7 +162,7 @@ def bench(
         from chatapp.commands.draft_bench import print_draft_bench
 
         raise typer.Exit(
-            print_draft_bench(options, kind, reps, as_json, llama_server, tokens=given["--tokens"])
+            print_draft_bench(options, kind, reps, as_json, llama_server, tokens=asked)
         )
     if mode == "--terminal":
         from chatapp.ui.bench.terminal_bench import print_terminal_bench
@@ -172,28 +172,31 @@ def bench(
         from chatapp.ui.bench.headless_bench import run_ui_bench
 
         raise typer.Exit(run_ui_bench(options, tokens, reps, as_json))
+    raise typer.Exit(
+        _speed(options, tokens, prompt_tokens, reps, llama_bench, llama_server, load, as_json, busy)
+    )
+
+
+def _speed(options, tokens, prompt_tokens, reps, llama_bench, llama_server, load, as_json, busy):
+    """The engine's own runs at a depth: beside a load (--busy), or against its peers."""
     depth = DEFAULT_DEPTH if prompt_tokens is None else prompt_tokens
     if depth + tokens > options.n_ctx:
         raise UsageError(
             f"--depth {depth} + --tokens {tokens} do not fit in a context of "
             f"{options.n_ctx} tokens: give a larger --ctx (or n_ctx in config.toml)"
         )
-    if mode == "--busy":
-        raise typer.Exit(
-            _busy(options, tokens, depth, reps, llama_bench, llama_server, load, as_json)
-        )
+    if busy:
+        return _busy(options, tokens, depth, reps, llama_bench, llama_server, load, as_json)
     from chatapp.commands.bench import run_bench
 
-    raise typer.Exit(
-        run_bench(
-            options,
-            tokens=tokens,
-            prompt_tokens=depth,
-            reps=reps,
-            llama_bench=llama_bench,
-            as_json=as_json,
-            llama_server=llama_server,
-        )
+    return run_bench(
+        options,
+        tokens=tokens,
+        prompt_tokens=depth,
+        reps=reps,
+        llama_bench=llama_bench,
+        as_json=as_json,
+        llama_server=llama_server,
     )
 
 
