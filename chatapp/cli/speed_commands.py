@@ -133,11 +133,11 @@ def bench(
         "--terminal": terminal, "--ui": ui, "--busy": busy,
     }  # fmt: skip
     mode = choose_mode(modes, {flag for flag, value in given.items() if value is not None})
-    screen = _size(size or "160x45")
+    screen = _size("160x45" if size is None else size)
     check_tool("llama-bench", llama_bench)  # (before any model loads)
     check_tool("llama-server", llama_server)
     if busy:
-        check_load(load or "spin")
+        check_load("spin" if load is None else load)
     options = load_options(
         model,
         ctx=ctx,
@@ -215,7 +215,14 @@ def _busy(options, tokens, depth, reps, llama_bench, llama_server, load, as_json
         )
         options = replace(options, n_threads=None)
     return print_busy_bench(
-        options, tokens, depth, reps, llama_bench, llama_server, load or "spin", as_json
+        options,
+        tokens,
+        depth,
+        reps,
+        llama_bench,
+        llama_server,
+        "spin" if load is None else load,
+        as_json,
     )
 
 

@@ -187,7 +187,15 @@ def test_busy_leaves_out_a_thread_count_from_the_config(walk, fresh_dirs):
     assert "config.toml's threads = 1 pins the thread count" in err
 
 
-def test_a_load_that_does_not_exist_is_refused(walk):
-    code, err, call = walk(["--busy", "--load", "fire"])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--busy", "--load", "fire"], "--load takes spin, build, memory (got 'fire')"),
+        (["--busy", "--load", ""], "--load takes spin, build, memory (got '')"),
+        (["--terminal", "--size", ""], "--size takes COLUMNSxROWS"),
+    ],
+)
+def test_an_empty_or_unknown_value_is_refused_not_taken_as_the_default(walk, args, says):
+    code, err, call = walk(args)
     assert code == 2 and call is None
-    assert "--load takes spin, build, memory" in err
+    assert says in err
