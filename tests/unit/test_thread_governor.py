@@ -283,14 +283,17 @@ def test_bench_busy_turns_the_arms_order_every_round_and_compares_round_by_round
     """`bench --busy` runs the following engine, the pinned one and llama-bench at each count
     once a round, the order turning, and its ratios are medians of each round's own."""
     from chatapp.commands.bench_run import Run, interleaved
-    from chatapp.commands.busy_bench import _rows
+    from chatapp.commands.busy_bench import ArmRun, _row
+    from chatapp.commands.busy_text import row_lines
 
     calls: list[tuple[str, int]] = []
 
     def arm(name: str, speeds: list[float]):
-        def run(rep: int) -> tuple[Run, tuple]:
+        def run(rep: int) -> ArmRun:
             calls.append((name, rep))
-            return Run(speeds[rep] * 2, speeds[rep], 8), ((rep, 1, "slower"),) if rep else ()
+            return ArmRun(
+                Run(speeds[rep] * 2, speeds[rep], 8), ((rep, 1, "slower"),) if rep else ()
+            )
 
         return run
 
@@ -305,7 +308,7 @@ def test_bench_busy_turns_the_arms_order_every_round_and_compares_round_by_round
     assert [name for name, _ in calls[4:8]] == ["pinned", "lb1", "lb2", "following"]
     assert [name for name, _ in calls[8:]] == ["lb1", "lb2", "following", "pinned"]
     assert all(len(r) == 3 for r in runs.values())
-    lines = _rows("1 of 2 cores busy", runs, 2)
+    lines = row_lines(_row("1 of 2 cores busy", runs, 2))
     assert lines[0] == "1 of 2 cores busy: engine decode 60.0 t/s, prefill 120.0 t/s (2 switches)"
     assert "following / pinned: decode 1.000x" in lines[1]  # 2.0, 1.0, 0.5 round by round
     # the best fixed count of each round (60, 90, 30) against that round's engine: 1.0 each,

@@ -99,7 +99,7 @@ class ReplyLoop:
         when it ended), or None after reporting a failure."""
         w = self.w
         t_prefill = time.perf_counter()
-        n_reused = w.reuse_prefix(full)
+        n_reused = w.reuse_prefix([-1] if self.req.fresh_cache else full)  # [-1]: nothing shared
         n_new = len(full) - n_reused
         progress = None
         if n_new > w.n_batch:  # more than one batch: say how far it got (a long silent wait
