@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from chatapp.engine import schema_shape
+from chatapp.engine import schema_finite, schema_shape
 from chatapp.engine.schema_regex import PatternError, pattern_gbnf
 from chatapp.engine.schema_shape import ANNOTATIONS, COUNTS, INT_BOUNDS
 from chatapp.engine.schema_words import GrammarError, fail, place, shown, text
@@ -50,12 +50,13 @@ class SchemaCheck:
         self.refs: dict[str, dict] = {}
         self._pending: list[tuple[tuple[str, ...], str]] = []
         self._one_of: list[tuple[tuple[str, ...], dict]] = []
+        self.nodes: list[tuple[tuple[str, ...], dict]] = []  # each clean node, inner ones first
         self._depth = 0  # schema nodes around the one being checked
         self.clean = self.node(schema, ())
         for path, ref in self._pending:
             self.resolve(path, ref)
-        for path, ref in self._pending:
-            self.no_loop(path, ref)
+        schema_finite.check_loops(self.nodes, self.refs)
+        schema_finite.check_finite(self.nodes, self.refs, self.types)
         for path, node in self._one_of:
             schema_shape.check_one_of(node, path, self.refs)
 
@@ -88,6 +89,7 @@ class SchemaCheck:
         if "oneOf" in out:
             self._one_of.append((path, out))
         self.places[id(out)] = path
+        self.nodes.append((path, out))
         return out
 
     def keyword(self, node: dict, key: str, value, path: tuple[str, ...]):
@@ -210,17 +212,6 @@ class SchemaCheck:
         if not isinstance(target, dict) or id(target) not in self.places:
             raise _fail(path, f"is {shown(ref)}, which names a part that is not a schema")
         self.refs[ref] = target
-
-    def no_loop(self, path: tuple[str, ...], ref: str) -> None:
-        """A $ref that leads only to itself (a -> b -> a) describes no value."""
-        seen = {ref}
-        target = self.refs[ref]
-        while "$ref" in target:
-            nxt = target["$ref"]
-            if nxt in seen:
-                raise _fail(path, f"is {shown(ref)}, which only leads back to itself")
-            seen.add(nxt)
-            target = self.refs[nxt]
 
 
 def plain_json(value, path: tuple[str, ...], depth: int = 0) -> None:

@@ -61,7 +61,7 @@ def _refused(schema) -> str:
                 "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
                 "$ref": "#/$defs/a",
             },
-            "only leads back to itself",
+            "leads back to itself through $ref",
         ),
         ({"properties": {"a": {"type": "string", "pattern": "^*$"}}}, "/properties/a/pattern has *"),
         ({"const": float("nan")}, "const holds nan, which JSON cannot write"),
