@@ -153,7 +153,7 @@ class _Parser:
             self.i += 1
             return inner
         m = _NAME.match(self.text, self.i)
-        assert m, f"unexpected {self.text[self.i:]!r}"
+        assert m, f"unexpected {self.text[self.i :]!r}"
         self.i = m.end()
         return ("ref", m.group(0))
 

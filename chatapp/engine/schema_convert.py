@@ -18,7 +18,7 @@ from typing import Any
 
 from chatapp.engine.int_range import int_bounds, int_range_rule
 from chatapp.engine.schema_check import INT_BOUNDS, MAX_DEPTH, SchemaCheck
-from chatapp.engine.schema_regex import gbnf_literal, pattern_gbnf
+from chatapp.engine.schema_regex import gbnf_literal, pattern_gbnf, repeat
 from chatapp.engine.schema_shape import FAMILY
 from chatapp.engine.schema_words import GrammarError
 from chatapp.textsafe import printable
@@ -69,17 +69,6 @@ def reason(exc: BaseException) -> str:
     return printable(first[:120])
 
 
-def repeat(unit: str, low: int, high: int | None) -> str:
-    """GBNF for `unit` (one term) written low to high times (None: no most)."""
-    if high == 0:
-        return ""
-    if (low, high) == (0, None):
-        return unit + "*"
-    if (low, high) == (1, None):
-        return unit + "+"
-    return unit + ("{%d,}" % low if high is None else "{%d,%d}" % (low, high))
-
-
 def array_body(elems: list[str], tail: str | None, low: int, high: int | None) -> str:
     """GBNF for a JSON array of low..high items (None: no most): `elems` the rules of the first
     items in turn (prefixItems), `tail` the rule of the rest (None: there is no rest)."""
@@ -92,138 +81,155 @@ def array_body(elems: list[str], tail: str | None, low: int, high: int | None) -
         n = len(elems)
         inner = ""
         if tail is not None and (high is None or high > n):
-            inner = repeat(f'("," space {tail})', max(low - n, 0), None if high is None else high - n)
+            inner = repeat(
+                f'("," space {tail})', max(low - n, 0), None if high is None else high - n
+            )
         for i in reversed(range(n if high is None else min(n, high))):
-            item = (elems[i] if i == 0 else f'"," space {elems[i]}') + (f" {inner}" if inner else "")
+            item = (elems[i] if i == 0 else f'"," space {elems[i]}') + (
+                f" {inner}" if inner else ""
+            )
             inner = item if i < low else f"({item})?"
     return '"[" space ' + (inner + " " if inner else "") + '"]" space'
 
 
+_Base: Any = object  # (llama-cpp-python's SchemaConverter, joined in _converter_class)
+
+
+class SchemaVisit(_Base):
+    """A visit that writes what each checked node allows, over the converter's rule
+    bookkeeping (`_add_rule`, `_build_object_rule`, ...), naming the place of any node it
+    cannot convert."""
+
+    mod: Any  # llama-cpp-python's llama_grammar.py
+    rules: dict[str, Any]  # its built-in rules that are replaced here
+
+    def __init__(self, check: SchemaCheck) -> None:
+        super().__init__(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+        self.check = check
+        self._refs = check.refs
+        self.ref_names: dict[str, str] = {}
+        self.made: list[dict] = []  # nodes made here (their ids name places while they live)
+
+    def _format_literal(self, literal):
+        return gbnf_literal(literal)
+
+    def _add_primitive(self, name, rule):
+        return super()._add_primitive(name, self.rules.get(name, rule))
+
+    def primitive(self, rule_name: str, kind: str) -> str:
+        return self._add_rule(rule_name, self._add_primitive(kind, self.mod.PRIMITIVE_RULES[kind]))
+
+    def visit(self, node, name):
+        if not name and node is not self.check.clean:
+            name = "unnamed"  # (a property named "": "" would take the root's name)
+        rule_name = name + "-" if name in self.mod.RESERVED_NAMES else name or "root"
+        try:
+            return self.node_rule(node, name, rule_name)
+        except GrammarError:
+            raise
+        except CONVERTER_ERRORS as exc:
+            where = self.check.where(node)
+            raise GrammarError(f"{where} cannot be made into a grammar: {reason(exc)}") from None
+
+    def node_rule(self, node: dict, name: str, rule_name: str) -> str:
+        if "$ref" in node:
+            return self._add_rule(rule_name, self._resolve_ref(node["$ref"]))
+        for key in ("anyOf", "oneOf"):
+            if key in node:
+                return self._add_rule(rule_name, self._generate_union_rule(name, node[key]))
+        if "enum" in node:
+            values = " | ".join(self._generate_constant_rule(v) for v in node["enum"])
+            return self._add_rule(rule_name, values)
+        types = self.check.types.get(id(node), [])
+        if len(types) > 1:
+            alts = [self.visit(self.branch(node, t), f"{name or 'root'}-{t}") for t in types]
+            return self._add_rule(rule_name, " | ".join(alts))
+        kind = types[0] if types else "object"  # (any value: an object is written)
+        if kind in ("number", "boolean", "null"):
+            return self.primitive(rule_name, kind)
+        return getattr(self, f"{kind}_rule")(node, name, rule_name)
+
+    def branch(self, node: dict, kind: str) -> dict:
+        """One type of a node with several: the keywords about that type."""
+        out = {"type": kind, **{k: v for k, v in node.items() if kind in FAMILY.get(k, ())}}
+        self.made.append(out)
+        self.check.places[id(out)] = self.check.places.get(id(node), ())
+        self.check.types[id(out)] = [kind]
+        return out
+
+    def integer_rule(self, node: dict, name: str, rule_name: str) -> str:
+        if INT_BOUNDS & node.keys():
+            return self._add_rule(rule_name, int_range_rule(*int_bounds(node)))
+        return self.primitive(rule_name, "integer")
+
+    def string_rule(self, node: dict, name: str, rule_name: str) -> str:
+        if "pattern" in node:
+            return self._add_rule(rule_name, f'"\\"" {pattern_gbnf(node["pattern"])} "\\"" space')
+        fmt = node.get("format")
+        if fmt == "uuid":
+            return self.primitive(rule_name, "uuid")
+        if fmt:
+            kind = f"{fmt}-string"
+            return self._add_rule(
+                rule_name, self._add_primitive(kind, self.mod.STRING_FORMAT_RULES[kind])
+            )
+        if "minLength" in node or "maxLength" in node:
+            char = self._add_primitive("char", self.rules["char"])
+            chars = repeat(char, node.get("minLength", 0), node.get("maxLength"))
+            return self._add_rule(rule_name, f'"\\"" {chars} "\\"" space'.replace("  ", " "))
+        return self.primitive(rule_name, "string")
+
+    def object_rule(self, node: dict, name: str, rule_name: str) -> str:
+        props = node.get("properties", {})
+        extra = node.get("additionalProperties")
+        if "properties" not in node and extra in (None, True):
+            return self.primitive(rule_name, "object")
+        # Keys beyond the properties are left out where there are properties: such a key
+        # could repeat one of them (a reply with "age" twice keeps the last).
+        required = set(node.get("required", ()))
+        body = self._build_object_rule(
+            list(props.items()), required, name, None if props else extra
+        )
+        return self._add_rule(rule_name, body)
+
+    def array_rule(self, node: dict, name: str, rule_name: str) -> str:
+        prefix = node.get("prefixItems", [])
+        items = node.get("items")
+        if not prefix and items is None and not {"minItems", "maxItems"} & node.keys():
+            return self.primitive(rule_name, "array")
+        sub = f"{name}-" if name else ""
+        elems = [self.visit(p, f"{sub}tuple-{i}") for i, p in enumerate(prefix)]
+        if items is None:
+            tail = self._add_primitive("value", self.mod.PRIMITIVE_RULES["value"])
+        else:
+            tail = None if items is False else self.visit(items, f"{sub}item")
+        low, high = node.get("minItems", 0), node.get("maxItems")
+        if tail is None:
+            high = len(prefix) if high is None else min(high, len(prefix))
+        return self._add_rule(rule_name, array_body(elems, tail, low, high))
+
+    def _resolve_ref(self, ref):
+        name = self.ref_names.get(ref)
+        if name is None:
+            base = "ref-" + self.mod.INVALID_RULE_CHARS_RE.sub("-", ref.rsplit("/", 1)[-1])
+            name, i = base, 0
+            while name in self._rules or name in self.ref_names.values():
+                i += 1
+                name = f"{base}{i}"
+            self.ref_names[ref] = name  # (a ref inside its own node names it: recursion)
+            rule = self.visit(self._refs[ref], name)
+            if rule != name:
+                self._rules[name] = rule
+        return name
+
+
 @cache
 def _converter_class():
-    """The converter's rule bookkeeping with a visit that writes what the checked schema allows,
-    naming the place of any node it cannot convert."""
+    """The converter class: our visit over llama-cpp-python's SchemaConverter."""
     mod: Any = _converter_module()  # llama-cpp-python's file, loaded by path
     rules = {name: mod.BuiltinRule(body, []) for name, body in (("char", CHAR), ("date", DATE))}
     rules["time"] = mod.BuiltinRule(TIME, [])
-
-    class Converter(mod.SchemaConverter):
-        def __init__(self, check: SchemaCheck) -> None:
-            super().__init__(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
-            self.check = check
-            self._refs = check.refs
-            self.ref_names: dict[str, str] = {}
-            self.made: list[dict] = []  # nodes made here (their ids name places while they live)
-
-        def _format_literal(self, literal):
-            return gbnf_literal(literal)
-
-        def _add_primitive(self, name, rule):
-            return super()._add_primitive(name, rules.get(name, rule))
-
-        def primitive(self, rule_name: str, kind: str) -> str:
-            return self._add_rule(rule_name, self._add_primitive(kind, mod.PRIMITIVE_RULES[kind]))
-
-        def visit(self, node, name):
-            if not name and node is not self.check.clean:
-                name = "unnamed"  # (a property named "": "" would take the root's name)
-            rule_name = name + "-" if name in mod.RESERVED_NAMES else name or "root"
-            try:
-                return self.node_rule(node, name, rule_name)
-            except GrammarError:
-                raise
-            except CONVERTER_ERRORS as exc:
-                where = self.check.where(node)
-                raise GrammarError(f"{where} cannot be made into a grammar: {reason(exc)}") from None
-
-        def node_rule(self, node: dict, name: str, rule_name: str) -> str:
-            if "$ref" in node:
-                return self._add_rule(rule_name, self._resolve_ref(node["$ref"]))
-            for key in ("anyOf", "oneOf"):
-                if key in node:
-                    return self._add_rule(rule_name, self._generate_union_rule(name, node[key]))
-            if "enum" in node:
-                values = " | ".join(self._generate_constant_rule(v) for v in node["enum"])
-                return self._add_rule(rule_name, values)
-            types = self.check.types.get(id(node), [])
-            if len(types) > 1:
-                alts = [self.visit(self.branch(node, t), f"{name or 'root'}-{t}") for t in types]
-                return self._add_rule(rule_name, " | ".join(alts))
-            kind = types[0] if types else "object"  # (any value: an object is written)
-            if kind in ("number", "boolean", "null"):
-                return self.primitive(rule_name, kind)
-            return getattr(self, f"{kind}_rule")(node, name, rule_name)
-
-        def branch(self, node: dict, kind: str) -> dict:
-            """One type of a node with several: the keywords about that type."""
-            out = {"type": kind, **{k: v for k, v in node.items() if kind in FAMILY.get(k, ())}}
-            self.made.append(out)
-            self.check.places[id(out)] = self.check.places.get(id(node), ())
-            self.check.types[id(out)] = [kind]
-            return out
-
-        def integer_rule(self, node: dict, name: str, rule_name: str) -> str:
-            if INT_BOUNDS & node.keys():
-                return self._add_rule(rule_name, int_range_rule(*int_bounds(node)))
-            return self.primitive(rule_name, "integer")
-
-        def string_rule(self, node: dict, name: str, rule_name: str) -> str:
-            if "pattern" in node:
-                return self._add_rule(rule_name, f'"\\"" {pattern_gbnf(node["pattern"])} "\\"" space')
-            fmt = node.get("format")
-            if fmt == "uuid":
-                return self.primitive(rule_name, "uuid")
-            if fmt:
-                kind = f"{fmt}-string"
-                return self._add_rule(rule_name, self._add_primitive(kind, mod.STRING_FORMAT_RULES[kind]))
-            if "minLength" in node or "maxLength" in node:
-                char = self._add_primitive("char", rules["char"])
-                chars = repeat(char, node.get("minLength", 0), node.get("maxLength"))
-                return self._add_rule(rule_name, f'"\\"" {chars} "\\"" space'.replace("  ", " "))
-            return self.primitive(rule_name, "string")
-
-        def object_rule(self, node: dict, name: str, rule_name: str) -> str:
-            props = node.get("properties", {})
-            extra = node.get("additionalProperties")
-            if "properties" not in node and extra in (None, True):
-                return self.primitive(rule_name, "object")
-            # Keys beyond the properties are left out where there are properties: such a key
-            # could repeat one of them (a reply with "age" twice keeps the last).
-            required = set(node.get("required", ()))
-            body = self._build_object_rule(list(props.items()), required, name, None if props else extra)
-            return self._add_rule(rule_name, body)
-
-        def array_rule(self, node: dict, name: str, rule_name: str) -> str:
-            prefix = node.get("prefixItems", [])
-            items = node.get("items")
-            if not prefix and items is None and not {"minItems", "maxItems"} & node.keys():
-                return self.primitive(rule_name, "array")
-            sub = f"{name}-" if name else ""
-            elems = [self.visit(p, f"{sub}tuple-{i}") for i, p in enumerate(prefix)]
-            if items is None:
-                tail = self._add_primitive("value", mod.PRIMITIVE_RULES["value"])
-            else:
-                tail = None if items is False else self.visit(items, f"{sub}item")
-            low, high = node.get("minItems", 0), node.get("maxItems")
-            if tail is None:
-                high = len(prefix) if high is None else min(high, len(prefix))
-            return self._add_rule(rule_name, array_body(elems, tail, low, high))
-
-        def _resolve_ref(self, ref):
-            name = self.ref_names.get(ref)
-            if name is None:
-                base = "ref-" + mod.INVALID_RULE_CHARS_RE.sub("-", ref.rsplit("/", 1)[-1])
-                name, i = base, 0
-                while name in self._rules or name in self.ref_names.values():
-                    i += 1
-                    name = f"{base}{i}"
-                self.ref_names[ref] = name  # (a ref inside its own node names it: recursion)
-                rule = self.visit(self._refs[ref], name)
-                if rule != name:
-                    self._rules[name] = rule
-            return name
-
-    return Converter
+    return type("Converter", (SchemaVisit, mod.SchemaConverter), {"mod": mod, "rules": rules})
 
 
 def schema_to_gbnf(schema: dict) -> str:

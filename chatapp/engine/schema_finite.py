@@ -7,6 +7,10 @@ from __future__ import annotations
 from chatapp.engine.schema_words import fail
 
 Path = tuple[str, ...]
+LOOP = (
+    "leads back to itself through $ref, anyOf or oneOf before any value is written; a reply "
+    "could never start"
+)
 
 
 def _steps(node: dict, refs: dict[str, dict]):
@@ -27,8 +31,7 @@ def check_loops(nodes: list[tuple[Path, dict]], refs: dict[str, dict]) -> None:
         state[id(node)] = "open"
         for step, nxt in _steps(node, refs):
             if state.get(id(nxt)) == "open":
-                raise fail(places[id(node)] + step, "leads back to itself through $ref, anyOf "
-                           "or oneOf before any value is written; a reply could never start")  # fmt: skip
+                raise fail(places[id(node)] + step, LOOP)
             if id(nxt) not in state:
                 visit(nxt)
         state[id(node)] = "done"

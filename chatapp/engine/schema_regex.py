@@ -67,7 +67,7 @@ class _Parser:
         parts: list[str] = []
         while self.peek() not in ("", "|", ")"):
             parts.append(self.repeated(self.atom()))
-        return " ".join(parts) or '""'
+        return " ".join(p for p in parts if p) or '""'
 
     def atom(self) -> str:
         c = self.peek()
@@ -114,13 +114,7 @@ class _Parser:
             self.i += 1
         if self.peek() and self.peek() in "*+?{":
             raise PatternError("repeats a repetition (as a** or a*+); group it: (a*)*")
-        if (low, high) == (0, None):
-            return atom + "*"
-        if (low, high) == (1, None):
-            return atom + "+"
-        if (low, high) == (0, 1):
-            return atom + "?"
-        return atom + ("{%d,}" % low if high is None else "{%d,%d}" % (low, high))
+        return repeat(atom, low, high)
 
     def escape(self) -> Ranges:
         c = self.peek()
@@ -181,6 +175,19 @@ class _Parser:
         return self.escape()
 
 
+def repeat(unit: str, low: int, high: int | None) -> str:
+    """GBNF for `unit` (one term) written low to high times (None: no most)."""
+    if high == 0:
+        return ""
+    if (low, high) == (0, None):
+        return unit + "*"
+    if (low, high) == (1, None):
+        return unit + "+"
+    if (low, high) == (0, 1):
+        return unit + "?"
+    return unit + (f"{{{low},}}" if high is None else f"{{{low},{high}}}")
+
+
 def merged(ranges: Ranges) -> Ranges:
     """The ranges sorted and joined where they touch."""
     out: Ranges = []
@@ -228,7 +235,9 @@ def chars_gbnf(ranges: Ranges) -> str:
     if len(plain) == 1 and plain[0][0] == plain[0][1]:
         parts.append(gbnf_literal(chr(plain[0][0])))
     elif plain:
-        body = "".join(_class_char(lo) + (f"-{_class_char(hi)}" if hi > lo else "") for lo, hi in plain)
+        body = "".join(
+            _class_char(lo) + (f"-{_class_char(hi)}" if hi > lo else "") for lo, hi in plain
+        )
         parts.append(f"[{body}]")
     parts += [gbnf_literal(json.dumps(chr(c))[1:-1]) for c in special]
     if not parts:

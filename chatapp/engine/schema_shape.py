@@ -124,8 +124,13 @@ def fits(value: Any, node: dict) -> bool:
         ):
             if key in node and not ok(node[key]):
                 return False
-    for kind, low, high in (("string", "minLength", "maxLength"), ("array", "minItems", "maxItems")):
-        if is_type(value, kind) and not node.get(low, 0) <= len(value) <= node.get(high, len(value)):
+    for kind, low, high in (
+        ("string", "minLength", "maxLength"),
+        ("array", "minItems", "maxItems"),
+    ):
+        if is_type(value, kind) and not node.get(low, 0) <= len(value) <= node.get(
+            high, len(value)
+        ):
             return False
     return True
 
@@ -147,7 +152,9 @@ def kind_of(value: Any) -> str:
         return "boolean"
     if isinstance(value, int | float):
         return "number"
-    return {str: "string", list: "array", dict: "object"}[type(value)]
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
 
 
 def same(a: Any, b: Any) -> bool:

@@ -62,7 +62,10 @@ def test_a_schema_becomes_gbnf_with_its_bounds():
             {"properties": {"a": {"type": "array", "uniqueItems": True}}},
             ["uniqueItems", "/properties/a/uniqueItems"],
         ),
-        ({"properties": {"e": {"type": "string", "format": "email"}}}, ["email", "/properties/e/format"]),
+        (
+            {"properties": {"e": {"type": "string", "format": "email"}}},
+            ["email", "/properties/e/format"],
+        ),
         ({"$ref": "https://example.com/s.json"}, ["$ref", "outside"]),
         ({"type": "integer", "minimum": 5, "maximum": 2}, ["no integer"]),
         ({"not": {"type": "string"}}, ['"not"', "at /not"]),

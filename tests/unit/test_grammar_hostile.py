@@ -63,7 +63,10 @@ def _refused(schema) -> str:
             },
             "leads back to itself through $ref",
         ),
-        ({"properties": {"a": {"type": "string", "pattern": "^*$"}}}, "/properties/a/pattern has *"),
+        (
+            {"properties": {"a": {"type": "string", "pattern": "^*$"}}},
+            "/properties/a/pattern has *",
+        ),
         ({"const": float("nan")}, "const holds nan, which JSON cannot write"),
         ({"properties": {"\ud800": {}}}, "properties holds a lone surrogate"),
         ({"not": {}}, 'the keyword "not" at /not is not supported'),

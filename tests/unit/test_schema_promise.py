@@ -66,7 +66,11 @@ def _combinations(node: dict) -> list[tuple[str, object, str]]:
     keyword the refusal names)."""
     out: list[tuple[str, object, str]] = []
     if "pattern" in node:
-        out += [("maxLength", 3, "maxLength"), ("minLength", 1, "minLength"), ("format", "date", "format")]
+        out += [
+            ("maxLength", 3, "maxLength"),
+            ("minLength", 1, "minLength"),
+            ("format", "date", "format"),
+        ]
     if "format" in node:
         out += [("maxLength", 12, "maxLength")]
     if "enum" in node or "const" in node:
@@ -146,7 +150,10 @@ def test_the_keywords_that_were_dropped_are_held_to(schema):
         ({"type": "string", "maxItems": 2}, "/maxItems"),
         ({"type": "string", "pattern": "^\\d\\b$"}, "/pattern"),
         (
-            {"$defs": {"d": {"anyOf": [{"$ref": "#/$defs/d"}, {"type": "null"}]}}, "$ref": "#/$defs/d"},
+            {
+                "$defs": {"d": {"anyOf": [{"$ref": "#/$defs/d"}, {"type": "null"}]}},
+                "$ref": "#/$defs/d",
+            },
             "/$defs/d/anyOf/0/$ref",
         ),
         (
