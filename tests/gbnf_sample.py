@@ -1,11 +1,12 @@
-"""Random texts from a GBNF grammar as the schema converter writes it (no model): every choice
-the grammar leaves open is drawn, so a test sees escapes, odd characters and lengths a model
-would rarely write. Deep recursion is cut short by taking the cheapest way out."""
+"""Random texts from a GBNF grammar as the schema converter writes it, no model needed."""
 
 from __future__ import annotations
 
 import random
 import re
+
+# Every choice the grammar leaves open is drawn, so a test sees escapes, odd characters and
+# lengths a model would rarely write. Deep recursion is cut short by the cheapest way out.
 
 _NAME = re.compile(r"[a-zA-Z0-9-]+")
 _COUNT = re.compile(r"\{(\d+)(,(\d*))?\}")

@@ -1,8 +1,4 @@
-"""Hypothesis strategies for JSON schemas built from the keywords structured output supports,
-and the validator every reply is held to (the `jsonschema` package, formats checked).
-
-`bounded=True` draws only schemas whose values are short (strings, arrays and objects with a
-most), for replies of the real model within a modest token budget."""
+"""Hypothesis strategies for schemas of the supported keywords, and the jsonschema validator."""
 
 from __future__ import annotations
 
@@ -212,7 +208,9 @@ def one_ofs(draw, kids, bounded: bool) -> dict:
 
 
 def schemas(bounded: bool = False):
-    """Schemas of the supported keywords, a few levels deep, sometimes with $defs and $ref."""
+    """Schemas of the supported keywords, a few levels deep, sometimes with $defs and $ref.
+    `bounded`: only short values (strings, arrays and objects with a most), for replies of the
+    real model within a modest token budget."""
     leaves = st.one_of(
         integers(),
         strings(bounded),

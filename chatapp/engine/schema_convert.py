@@ -1,12 +1,4 @@
-"""A checked JSON schema as GBNF: llama-cpp-python's converter for its rule bookkeeping (loaded
-from its file, so this process never loads llama.cpp), driven by a visit of our own that
-writes exactly what each checked node allows (schema_check.py refuses the rest).
-
-Where the converter's own rules would let a reply break the schema they are replaced: a
-string's character excludes raw control characters (invalid JSON) and escaped surrogate
-halves (they would miscount lengths), a date has the days of its month, literals escape their
-backslashes, and enum and const win over every other keyword.
-"""
+"""A checked JSON schema as GBNF: our visit over llama-cpp-python's converter's rule bookkeeping."""
 
 from __future__ import annotations
 
@@ -45,6 +37,11 @@ TIME = (
     '([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9] [0-9] [0-9])? '
     '("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])'
 )
+
+# The converter is loaded from its file, so this process never loads llama.cpp. Where its own
+# rules would let a reply break the schema they are replaced: a string's character excludes raw
+# control characters (invalid JSON) and escaped surrogate halves (they would miscount lengths),
+# a date has the days of its month, literals escape their backslashes, enum and const win.
 
 
 @cache

@@ -1,6 +1,4 @@
-"""Schemas whose replies can start and end: no loop of $ref, anyOf and oneOf that writes
-nothing (llama.cpp refuses such a left-recursive grammar), and no node whose every value must
-hold another like it (a reply under it could never finish)."""
+"""Schemas whose replies can start and end: no loop writing nothing, no value that never ends."""
 
 from __future__ import annotations
 
@@ -11,6 +9,9 @@ LOOP = (
     "leads back to itself through $ref, anyOf or oneOf before any value is written; a reply "
     "could never start"
 )
+
+# A loop of $ref, anyOf and oneOf is a left-recursive grammar, which llama.cpp refuses; a node
+# whose every value must hold another like it would let a reply start and never finish.
 
 
 def _steps(node: dict, refs: dict[str, dict]):

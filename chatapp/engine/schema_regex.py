@@ -1,17 +1,15 @@
-"""A schema's `pattern` as GBNF for the JSON string it describes: a subset of regular expressions
-translated exactly (every string the grammar writes matches the pattern), the rest refused.
-
-The subset is where ECMA-262 (what JSON Schema names) and Python's `re` (what validators such
-as `jsonschema` run) agree: literals, `.`, classes with ranges, `\\d \\w \\s`, groups,
-alternatives and the quantifiers `* + ? {n} {n,} {n,m}`. Each character is written as JSON
-writes it inside a string (a quote, a backslash or a control character escaped), so the reply
-parses and holds the very text the pattern matched.
-"""
+"""A schema's `pattern` as GBNF for its JSON string: a subset held to exactly, the rest refused."""
 
 from __future__ import annotations
 
 import json
 import re
+
+# The subset is where ECMA-262 (what JSON Schema names) and Python's `re` (what validators such
+# as `jsonschema` run) agree: literals, `.`, classes with ranges, \d \w \s, groups, alternatives
+# and the quantifiers * + ? {n} {n,} {n,m}. Each character is written as JSON writes it inside a
+# string (a quote, a backslash or a control character escaped), so the reply parses and holds
+# the very text the pattern matched.
 
 MAX_CODE = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)  # no text holds them (llama.cpp writes UTF-8)
@@ -149,6 +147,9 @@ class _Parser:
         while self.peek() != "]":
             if not self.peek():
                 raise PatternError("has a [ that is never closed")
+            pair = self.text[self.i : self.i + 2]
+            if pair in ("&&", "||", "--", "~~"):  # (Python may read these as set operations)
+                raise PatternError(f"has {pair} inside [...]; escape one of them")
             low = self.class_item(negate)
             if self.peek() == "-" and self.text[self.i + 1 : self.i + 2] not in ("]", ""):
                 self.i += 1

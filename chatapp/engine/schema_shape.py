@@ -1,5 +1,4 @@
-"""A schema node's keywords taken together: the combinations a grammar holds exactly, the type a
-node without one is held to, enum values against the rest; any other combination refused."""
+"""A schema node's keywords together: what a grammar holds exactly, the rest refused."""
 
 from __future__ import annotations
 

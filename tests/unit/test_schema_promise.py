@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import jsonschema
 import pytest
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from schema_strategies import schemas, validate
 
 from chatapp.engine.schema_grammar import GrammarError, schema_to_gbnf
+from chatapp.engine.schema_regex import PatternError, pattern_gbnf
 from chatapp.engine.schema_words import place
 
 FEW = settings(
@@ -169,3 +171,24 @@ def test_what_it_cannot_hold_to_is_refused_naming_the_place(schema, named):
     with pytest.raises(GrammarError) as err:
         schema_to_gbnf(schema)
     assert f"{named} " in str(err.value) + " ", str(err.value)
+
+
+_REGEX_CHARS = st.sampled_from(list('ab^$.*+?()[]{}|\\-,0123dwsnuxDbé"/ '))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(_REGEX_CHARS, max_size=12), st.integers(0, 2**32))
+def test_a_pattern_is_translated_exactly_or_refused(body, seed):
+    """Any text as a pattern: refused in a few words, or every string its grammar writes (as
+    JSON) matches it with Python's re, as jsonschema checks it."""
+    pattern = f"^{body}$"
+    try:
+        gbnf = pattern_gbnf(pattern)
+    except PatternError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return
+    grammar = Grammar(f'root ::= "\\"" {gbnf} "\\""')
+    rnd = random.Random(seed)
+    for _ in range(5):
+        text = grammar.sample(rnd)
+        assert re.search(pattern, json.loads(text)), (pattern, text)
