@@ -28,6 +28,7 @@ from chatapp.engine.protocol import (
     LoadOptions,
     ModelInfo,
     Notice,
+    StopReason,
     Token,
 )
 from chatapp.engine.schema_grammar import load_grammar
@@ -156,6 +157,7 @@ def run_ask(
         print(shown_err(f"error: {failed.message}"), file=sys.stderr)
         return 1
     assert finished is not None
+    cut = cut_short(finished, grammar)
     st = finished.stats
     if as_json:
         split = session.last_split
@@ -216,7 +218,29 @@ def run_ask(
         out.write("\n")
         out.flush()
         print(stats_line(finished), file=sys.stderr)
+    if cut:
+        print(f"error: {cut}", file=sys.stderr)
+        return 1
     return 0
+
+
+CUT_REMEDY = {
+    StopReason.MAX_TOKENS: "raise --max-tokens",
+    StopReason.STOP_STRING: "leave out --stop",
+    StopReason.CONTEXT_FULL: "raise --ctx or shorten the prompt",
+}
+
+
+def cut_short(finished: Finished, grammar: Grammar | None) -> str:
+    """The sentence for a reply under a schema or grammar that stopped before its end (its
+    JSON is then incomplete), or ""."""
+    if grammar is None or finished.reason == StopReason.EOG:
+        return ""
+    remedy = CUT_REMEDY.get(finished.reason, "ask again")
+    return (
+        f"the reply stopped ({finished.reason}) before it was complete, so it does not "
+        f"follow {grammar.source}; {remedy}"
+    )
 
 
 def candidate_row(c: Candidate) -> dict:
