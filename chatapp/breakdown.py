@@ -25,7 +25,8 @@ def parts(st: GenerationStats, load_s: float | None = None, ui_s: float | None =
     if load_s:
         out.append(Part("load", load_s, "loading the model file"))
     if st.tune_wait_s > 0:
-        out.append(Part("tune wait", st.tune_wait_s, "waiting behind the tune on first use's step"))
+        stop = "the tune on first use stopping the step it was in"
+        out.append(Part("tune wait", st.tune_wait_s, stop))
     out.append(Part("template", st.template_s, "rendering the chat template"))
     out.append(Part("tokenize", st.tokenize_s, f"{st.prompt_tokens:,} prompt tokens"))
     reused = st.prompt_tokens - st.prompt_evaluated
