@@ -196,6 +196,8 @@ class LocalEngine:
             try:
                 with self._send_lock:
                     self._pipe().send(("close",))
+                if self._tune_stop is not None:
+                    self._tune_stop[0] = 1  # a tune's step stops: the worker reads the close
             except (OSError, ValueError):
                 pass
             proc.join(timeout=2.0)

@@ -17,9 +17,10 @@ if TYPE_CHECKING:
 
 
 class TuneTurns:
-    """The worker's tune, if one is on. `tuning` (shared with the parent) is 1 while a step
-    runs: a crash with it set is the tune's. `stop` (shared, stop_flag.py) is set by the parent
-    after it sends a request: the step's decode stops where it is."""
+    """The worker's tune, if one is on. `tuning` (shared with the parent) is 1 from a step on
+    until a request is taken or the tune ends: a crash with it set is the tune's. `stop`
+    (shared, stop_flag.py) is set by the parent after it sends a request: the step's decode
+    stops where it is."""
 
     def __init__(
         self, worker: LoadedModel, tuning: c_byte | None, stop: Array[c_byte] | None = None
@@ -44,21 +45,25 @@ class TuneTurns:
             return False
         if self.stop is not None:
             self.stop[0] = 0
-        return not conn.poll(0)
+        idle = not conn.poll(0)
+        self._mark(idle)
+        return idle
 
     def step(self) -> None:
         """One step of the tune (one decode, or less when a request stops it)."""
         tuner = self.tuner
         if tuner is None:
             return
-        if self.tuning is not None:
-            self.tuning.value = 1
+        self._mark(True)
         more = tuner.step()
-        if self.tuning is not None:
-            self.tuning.value = 0
         self.worker.autotune_status = tuner.status
         if not more:
             self.tuner = None
+            self._mark(False)
+
+    def _mark(self, tuning: bool) -> None:
+        if self.tuning is not None:
+            self.tuning.value = int(tuning)
 
     @property
     def on(self) -> bool:
