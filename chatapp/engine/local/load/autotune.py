@@ -89,13 +89,13 @@ class AutoTune:
         self.total = len(self.trials) * 2 * ROUNDS
         self.done = 0
         self.status: dict = {"state": "tuning", "done": 0, "total": self.total}
-        self._slices = self._run()
+        self._steps = self._run()
 
     def step(self) -> bool:
         """One step; False when the tune has ended (applied, or failed: see status)."""
         t0, self._stopped = time.perf_counter(), False
         try:
-            next(self._slices)
+            next(self._steps)
             more = True
         except StopIteration:
             more = False
@@ -112,7 +112,7 @@ class AutoTune:
         self.timeline.append((kind, start, end, threads))
 
     def stop(self) -> None:
-        self._slices.close()  # frees a scratch context still open
+        self._steps.close()  # frees a scratch context still open
 
     def _run(self) -> Generator[None, None, None]:
         self._others = OtherPrograms(children=False)

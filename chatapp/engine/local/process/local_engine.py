@@ -133,20 +133,13 @@ class LocalEngine:
         self._tuning_now = ctx.Value("b", 0, lock=False)  # no lock: one writer, one byte
         self._tune_stop = ctx.Array("b", stop_flag.SIZE, lock=False)
         self._tune_asked = False
+        shared = (self._tuning_now, self._tune_stop)  # the worker's tune (tune_turns.py)
         self.log.begin()
         from chatapp.engine.local.process import worker
 
         proc = ctx.Process(
             target=worker.main,
-            args=(
-                child,
-                side_child,
-                options,
-                str(self.log_path),
-                self.nice,
-                self._tuning_now,
-                self._tune_stop,
-            ),
+            args=(child, side_child, options, str(self.log_path), self.nice, *shared),
             name="chatapp-worker",
             daemon=True,
         )
@@ -275,7 +268,7 @@ class LocalEngine:
             self._proc.join(timeout=1.0)
         code = self._proc.exitcode if self._proc is not None else None
         tune_crash = self._tune_crashed_it()
-        if tune_crash:  # whichever call noticed, the tune's slice is what died
+        if tune_crash:  # whichever call noticed, the tune's step is what died
             message = "the model worker died while tuning for this machine"
         shown = None if self._kill_reason else code  # our own SIGKILL: the reason says why
         if shown:
@@ -297,7 +290,7 @@ class LocalEngine:
         return EngineCrashed(message + "; start it again to continue", tail, code)
 
     def _tune_crashed_it(self) -> bool:
-        """Whether the worker died inside a slice of its tune (not killed by us, not closed)."""
+        """Whether the worker died inside a step of its tune (not killed by us, not closed)."""
         if self._proc is None or self._kill_reason or self._tuning_now is None:
             return False
         return bool(self._proc.exitcode) and bool(self._tuning_now.value)
