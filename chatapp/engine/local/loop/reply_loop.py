@@ -66,6 +66,8 @@ class ReplyLoop:
         self.cancelled = False
         self.new_settings: SamplerSettings | None = None
         self.new_steering: Steering | None = None  # sent mid-reply (inside/context_steering.py)
+        self.tune_asked: dict | None = None  # the tune on first use, asked for mid-reply
+        self.tune_wait_since: float | None = None  # sent while a tune was on: when it was sent
         self.has_message = message_waiting(conn)
 
     def send(self, event, flush: bool = False) -> None:
@@ -86,6 +88,8 @@ class ReplyLoop:
                 self.new_settings = msg[1]
             elif msg[0] == "steering":
                 self.new_steering = msg[1]
+            elif msg[0] == "autotune":  # begins once the reply is over (worker.serve)
+                self.tune_asked = msg[1]
 
     def run(self) -> None:
         try:
@@ -165,6 +169,8 @@ class ReplyLoop:
     ) -> GenerationStats:
         """The reply's stats: `times` are when the request came, prefill began and ended."""
         t_request, t_prefill, t_prefill_end = times
+        if self.tune_wait_since is not None:  # the tune's step it came in
+            more["tune_wait_s"] = max(0.0, t_request - self.tune_wait_since)
         return stats_from_times(
             t_request=t_request,
             t_prefill_start=t_prefill,
