@@ -107,6 +107,25 @@ class _Bad(ValueError):
     """One bad value; the message is what follows the key name."""
 
 
+def url_problem(url: str) -> str:
+    """What is wrong with a server's address, as the end of a sentence naming it ('' when
+    nothing): the one check of config's [servers.NAME] url and of --server."""
+    import httpx
+
+    if not re.match(r"https?://", url):
+        return "must start with http:// or https://"
+    try:
+        parsed = httpx.URL(url)
+        port = parsed.port
+    except (httpx.InvalidURL, ValueError) as exc:
+        return f"is not a URL ({str(exc).rstrip('.')})"
+    if not parsed.host:
+        return "names no host (e.g. http://127.0.0.1:8080)"
+    if port is not None and not 0 < port < 65536:
+        return f"has port {port}, past 65535"
+    return ""
+
+
 def _show(value: Any) -> str:
     return json.dumps(value) if isinstance(value, str) else repr(value)
 
@@ -215,8 +234,9 @@ class _Loader:
             if "url" not in data:
                 self.problem(f'{where}.url is missing (e.g. url = "http://127.0.0.1:8080")')
             return None
-        if not re.match(r"https?://[^/\s]+", url):
-            self.problem(f"{where}.url must start with http:// or https://, got {_show(url)}")
+        problem = url_problem(url)
+        if problem:
+            self.problem(f"{where}.url {problem}, got {_show(url)}")
             return None
         return ServerConfig(**values)
 

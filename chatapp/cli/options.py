@@ -136,6 +136,20 @@ def _finite(low: float, high: float) -> Callable[[float | None], float | None]:
     return check
 
 
+def positive_up_to(high: float, unit: str) -> Callable[[float | None], float | None]:
+    """A check for a what-if size (fit's --params, --memory): above 0, at most `high`; nan
+    and inf refused, which min and max let through."""
+
+    def check(value: float | None) -> float | None:
+        if value is not None and not 0 < value <= high:  # (false for nan)
+            raise typer.BadParameter(
+                f"{value:g} is not a number of {unit} above 0, up to {high:.15g}"
+            )
+        return value
+
+    return check
+
+
 CLI_SAMPLERS = tuple(row for row in SLIDERS if row.cli) + tuple(
     row for row in SAMPLERS if row.cli and row.slider is None
 )

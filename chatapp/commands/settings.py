@@ -86,10 +86,24 @@ def read_config():
     """config.toml as a Config; each problem is one warning line on stderr."""
     from chatapp.config import load_config
 
+    from chatapp.textsafe import for_stream, one_line
+
     config, problems = load_config()
     for problem in problems:
-        print(f"warning: {problem}", file=sys.stderr)
+        print(for_stream(sys.stderr)(one_line(f"warning: {problem}")), file=sys.stderr)
     return config
+
+
+def checked_url(server: str) -> str:
+    """--server's address as given, once it is one (config.url_problem; no scheme: http://,
+    as the client reads it)."""
+    from chatapp.config import url_problem
+
+    url = server.strip()
+    problem = url_problem(url if "://" in url else f"http://{url}")
+    if problem:
+        raise UsageError(f"--server {server!r} {problem}")
+    return server
 
 
 def _looks_like_url(text: str) -> bool:
@@ -114,7 +128,7 @@ def resolve_server(
         }
         return named.url, remote
     if _looks_like_url(server):
-        return server, remote
+        return checked_url(server), remote
     names = ", ".join(sorted(config.servers))
     known = (
         f"configured servers: {names}"
