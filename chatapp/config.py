@@ -16,6 +16,10 @@ from chatapp.errors import ChatappError
 from chatapp.sampling import PRESETS, SamplerSettings, SettingsError
 
 STATE_NAME = "state.json"
+CTX_RANGE = (16, 1 << 22)
+"""The context sizes taken (tokens), here, by --ctx and by the models screen's ctx field."""
+GPU_LAYERS_RANGE = (-1, 100_000)
+"""The GPU layer counts taken (-1 = all), here, by --ngl and by the models screen."""
 DEFAULT_THEME = "chatapp-dark"
 
 
@@ -267,8 +271,8 @@ class _Loader:
         scalars: dict[str, Callable[[Any], Any]] = {
             "default_model": self.file_path,
             "model_dirs": self.path_list,
-            "n_ctx": _whole(16, 1 << 22),
-            "n_gpu_layers": _whole(-1, 100_000),
+            "n_ctx": _whole(*CTX_RANGE),
+            "n_gpu_layers": _whole(*GPU_LAYERS_RANGE),
             "threads": self.threads,
             "flash_attn": _flag,
             "repack": _flag,

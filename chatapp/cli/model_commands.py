@@ -17,14 +17,12 @@ from chatapp.cli.options import (
     NglOpt,
     RepackOpt,
     ThreadsOpt,
-    positive_up_to,
+    within,
 )
 from chatapp.cli.typer_app import app
 from chatapp.commands.settings import load_options, read_config, resolve_model
 from chatapp.errors import UsageError
-
-MOST_PARAMS_B = 100_000.0  # fit --params: 100 trillion parameters, far past any model
-MOST_MEMORY_GIB = 1_048_576.0  # fit --memory: 1 PiB
+from chatapp.models.fit import WHAT_IF_MEMORY_GIB, WHAT_IF_PARAMS_B
 
 
 @app.command("inspect")
@@ -50,16 +48,16 @@ def fit(
         float | None,
         typer.Option(
             "--params",
-            help="what-if: a model of this many billion parameters (up to 100000)",
-            callback=positive_up_to(MOST_PARAMS_B, "billions"),
+            help="what-if: a model of this many billion parameters (0.01 to 2000)",
+            callback=within(*WHAT_IF_PARAMS_B, "billions"),
         ),
     ] = None,
     memory: Annotated[
         float | None,
         typer.Option(
             "--memory",
-            help="GiB to fit (default: free GPU memory, else free RAM; up to 1048576)",
-            callback=positive_up_to(MOST_MEMORY_GIB, "GiB"),
+            help="GiB to fit (default: free GPU memory, else free RAM; 0.01 to 100000)",
+            callback=within(*WHAT_IF_MEMORY_GIB, "GiB"),
         ),
     ] = None,
     as_json: JsonOpt = False,

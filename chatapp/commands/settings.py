@@ -13,11 +13,17 @@ from chatapp.sampling import SamplerSettings
 
 def resolve_model(model: str | Path | None) -> str:
     """The model file to use: a path as given, a name (USER/REPO[:QUANT], ollama:NAME[:TAG])
-    found on disk or pulled, else the bundled default. The one place commands resolve a model."""
-    if model is None or str(model) == "":
+    found on disk or pulled, else (None) the bundled default; a blank one is refused. The one
+    place commands resolve a model."""
+    if model is None:
         from chatapp.models.bundled import default_model
 
         return str(default_model())
+    if not str(model).strip():  # (`-m "$MODEL"` with MODEL unset: never the bundled one)
+        raise UsageError(
+            "the model is empty: give a GGUF file or a name (USER/REPO[:QUANT], "
+            "ollama:NAME[:TAG]), or leave the option out for the default"
+        )
     from chatapp.models.resolve import resolve_spec
 
     return str(resolve_spec(str(model)))
@@ -85,7 +91,6 @@ def sampler_settings(config=None, **given: object) -> SamplerSettings:
 def read_config():
     """config.toml as a Config; each problem is one warning line on stderr."""
     from chatapp.config import load_config
-
     from chatapp.textsafe import for_stream, one_line
 
     config, problems = load_config()
