@@ -28,7 +28,7 @@ OWNED_ELSEWHERE: dict[tuple[str, str, str], str] = {  # (command, parameter, val
     ("bench", "llama_bench", "a\nb"): BENCH,
     ("bench", "llama_server", "\n"): BENCH,
     ("bench", "llama_server", "a\nb"): BENCH,
-    ("steer list", "model", "x" * 5000): STEER,
+    ("steer list", "model", "x" * 5000): STEER,  # (LONG)
 }
 
 # ---- the bad values, by the type of the parameter -----------------------------------------
@@ -38,6 +38,7 @@ FOLDER = "<a folder>"  # a folder where a file is expected
 FILE = "<a file>"  # a text file where a folder (or a model) is expected
 HUGE = str(10**12)
 OVERFLOW = str(2**64)  # past any C integer and SQLite's INTEGER
+LONG = "x" * 5000  # longer than a file name may be: the system refuses to look it up
 
 BAD_INT = ["-1", "0", HUGE, OVERFLOW, "x", "", "1.5"]
 BAD_FLOAT = ["nan", "inf", "-inf", "-1", "0", "1e308", "x", ""]
@@ -49,7 +50,7 @@ BAD_TEXT = [
     "\x1b[31mx",
     "[bold]x[/]",
     "日本語 ✓ é",
-    "x" * 5000,
+    LONG,
     MISSING,
     FOLDER,
     FILE,
@@ -295,3 +296,50 @@ def test_a_bad_value_is_refused_in_one_sentence_or_taken_cleanly(
     assert outcome.code in (1, 2), (outcome.code, shown)
     lines = [line for line in outcome.err.splitlines() if not line.startswith("warning: ")]
     assert len(lines) == 1 and lines[0].startswith("error: "), shown
+
+
+# ---- what the walk found: each once a traceback, a second line or a silent default ---------
+
+FOUND = [
+    (["ask", "hi", "-m", "a\nb"], 1, "model file not found: a\\nb"),  # (was two lines)
+    (["models", "--dir", "a\nb"], 1, "cannot list models in a\\nb: it does not exist"),
+    (["inspect", LONG], 1, f"cannot read {LONG}"),  # (was OSError: File name too long)
+    (["pull", LONG], 2, f"{LONG!r} is not a Hugging Face model name"),
+    (["ask", "hi", "--server", "[bold]x[/]"], 2, "--server '[bold]x[/]' is not a URL"),
+    (["ask", "hi", "--server", "/tmp/x"], 2, "--server '/tmp/x' names no host"),
+    (["fit", "--params", "nan"], 2, "Invalid value for '--params': nan is not a number of"),
+    (["fit", "--memory", "1e308"], 2, "Invalid value for '--memory': 1e+308 is not a number"),
+    (["history", "show", OVERFLOW], 2, "Invalid value for 'conversation_id': "),
+    (["history", "list", "--limit", OVERFLOW], 2, "Invalid value for '--limit': "),
+    (["inside", "--text", "no such file.txt"], 1, "cannot read the text file no such file.txt"),
+    (["ask", "hi", "-m", ""], 2, "the model is empty: give a GGUF file or a name"),
+    (["quantize", " ", "-t", "Q8_0"], 2, "the model is empty: give a GGUF file or a name"),
+    (["chat", "--vs", ""], 2, "the model is empty: give a GGUF file or a name"),
+    (["ask", "hi", "--file", ""], 2, "Invalid value for '--file': it is empty: give a file"),
+    (["ask", "hi", "--grammar", " "], 2, "Invalid value for '--grammar': it is empty"),
+    (["ask", "hi", "--ctx", HUGE], 2, "Invalid value for '--ctx': "),
+    (["chat", "--ngl", HUGE], 2, "Invalid value for '--ngl': "),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "start"), FOUND, ids=[" ".join(a)[:40] for a, _, _ in FOUND]
+)
+def test_what_the_walk_found_is_one_error_line_where_the_value_enters(
+    argv, code, start, fresh_dirs, monkeypatch, capsys
+):
+    monkeypatch.chdir(fresh_dirs)
+    _stop_before_real_work(monkeypatch)
+    outcome = run_case(Case(tuple(argv[:1]), "", "", (tuple(argv[1:]), ())), fresh_dirs,
+                       monkeypatch, capsys)  # fmt: skip
+    assert outcome.crash is None and outcome.reached is None, (outcome.crash, outcome.reached)
+    assert outcome.err.startswith(f"error: {start}"), outcome.err
+    assert len(outcome.err.splitlines()) == 1 and outcome.code == code, outcome.err
+
+
+def test_an_error_line_stays_one_line_whatever_it_quotes():
+    from chatapp.textsafe import one_line
+
+    text = "a\nb\r\nc\rd\x0be\x0cf\x1cg\x85h\u2028i\u2029j"
+    assert one_line(text) == "a\\nb\\r\\nc\\rd\\x0be\\x0cf\\x1cg\\x85h\\u2028i\\u2029j"
+    assert len(one_line(text).splitlines()) == 1 and one_line("plain é") == "plain é"

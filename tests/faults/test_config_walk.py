@@ -131,3 +131,17 @@ def test_a_bad_config_value_is_one_problem_naming_its_key_and_the_default_is_kep
     assert all(line.startswith("warning: ") for line in err.splitlines()), err
     shown = tomllib.loads(out)  # what `config show` prints reads back
     assert shown.get("n_ctx", config.n_ctx) == config.n_ctx
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://[bold]x[/]", "http://\\u001b[31mx", "http:///tmp/x", "http://x:99999", "http://x:y"],
+)
+def test_a_server_url_that_is_no_address_is_a_problem_as_it_is_for_server(url, tmp_path):
+    """config's [servers.NAME] url and --server have one check (config.url_problem); a url
+    httpx cannot parse passed the old prefix check and failed in the chat."""
+    path = tmp_path / "config.toml"
+    path.write_text(f'[servers.mine]\nurl = "{url}"\n', encoding="utf-8")
+    config, problems = load_config(path)
+    assert config.servers == {} and len(problems) == 1, problems
+    assert problems[0].startswith("config.toml: servers.mine.url "), problems
