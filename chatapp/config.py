@@ -59,9 +59,9 @@ class Config:
     model_dirs: tuple[str, ...] = ()
     """Directories searched for *.gguf files by `chatapp models` and the model picker."""
     n_ctx: int = 4096
-    """Context size in tokens."""
+    """Context size in tokens, 16 to 4194304 (as --ctx takes)."""
     n_gpu_layers: int = -1
-    """Layers offloaded to the GPU; -1 = all, 0 = CPU only."""
+    """Layers offloaded to the GPU; -1 = all, 0 = CPU only; at most 100000 (as --ngl)."""
     threads: int | None = None
     """CPU threads for decoding; None (or 0 in the file) = as `chatapp tune` found, else all the
     CPUs chatapp may use (its affinity, a container's quota). More than those CPUs is kept with
