@@ -16,6 +16,10 @@ from chatapp.errors import ChatappError
 from chatapp.sampling import PRESETS, SamplerSettings, SettingsError
 
 STATE_NAME = "state.json"
+CTX_RANGE = (16, 1 << 22)
+"""The context sizes taken (tokens), here, by --ctx and by the models screen's ctx field."""
+GPU_LAYERS_RANGE = (-1, 100_000)
+"""The GPU layer counts taken (-1 = all), here, by --ngl and by the models screen."""
 DEFAULT_THEME = "chatapp-dark"
 
 
@@ -55,9 +59,9 @@ class Config:
     model_dirs: tuple[str, ...] = ()
     """Directories searched for *.gguf files by `chatapp models` and the model picker."""
     n_ctx: int = 4096
-    """Context size in tokens."""
+    """Context size in tokens, 16 to 4194304 (as --ctx takes)."""
     n_gpu_layers: int = -1
-    """Layers offloaded to the GPU; -1 = all, 0 = CPU only."""
+    """Layers offloaded to the GPU; -1 = all, 0 = CPU only; at most 100000 (as --ngl)."""
     threads: int | None = None
     """CPU threads for decoding; None (or 0 in the file) = as `chatapp tune` found, else all the
     CPUs chatapp may use (its affinity, a container's quota). More than those CPUs is kept with
@@ -105,6 +109,25 @@ class Config:
 
 class _Bad(ValueError):
     """One bad value; the message is what follows the key name."""
+
+
+def url_problem(url: str) -> str:
+    """What is wrong with a server's address, as the end of a sentence naming it ('' when
+    nothing): the one check of config's [servers.NAME] url and of --server."""
+    import httpx
+
+    if not re.match(r"https?://", url):
+        return "must start with http:// or https://"
+    try:
+        parsed = httpx.URL(url)
+        port = parsed.port
+    except (httpx.InvalidURL, ValueError) as exc:
+        return f"is not a URL ({str(exc).rstrip('.')})"
+    if not parsed.host:
+        return "names no host (e.g. http://127.0.0.1:8080)"
+    if port is not None and not 0 < port < 65536:
+        return f"has port {port}, past 65535"
+    return ""
 
 
 def _show(value: Any) -> str:
@@ -215,8 +238,9 @@ class _Loader:
             if "url" not in data:
                 self.problem(f'{where}.url is missing (e.g. url = "http://127.0.0.1:8080")')
             return None
-        if not re.match(r"https?://[^/\s]+", url):
-            self.problem(f"{where}.url must start with http:// or https://, got {_show(url)}")
+        problem = url_problem(url)
+        if problem:
+            self.problem(f"{where}.url {problem}, got {_show(url)}")
             return None
         return ServerConfig(**values)
 
@@ -247,8 +271,8 @@ class _Loader:
         scalars: dict[str, Callable[[Any], Any]] = {
             "default_model": self.file_path,
             "model_dirs": self.path_list,
-            "n_ctx": _whole(16, 1 << 22),
-            "n_gpu_layers": _whole(-1, 100_000),
+            "n_ctx": _whole(*CTX_RANGE),
+            "n_gpu_layers": _whole(*GPU_LAYERS_RANGE),
             "threads": self.threads,
             "flash_attn": _flag,
             "repack": _flag,

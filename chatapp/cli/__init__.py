@@ -18,7 +18,7 @@ from chatapp.cli import (  # noqa: F401  (each module registers its commands on 
 )
 from chatapp.cli.typer_app import app
 from chatapp.errors import ChatappError, UsageError
-from chatapp.textsafe import for_stream
+from chatapp.textsafe import for_stream, one_line
 
 __all__ = ["app", "main"]
 
@@ -78,7 +78,8 @@ def _ctrl_c_stops() -> None:
 
 
 def _error(message: object) -> None:
-    print(for_stream(sys.stderr)(f"error: {message}"), file=sys.stderr)
+    """One `error:` line, whatever the message quotes (a path or value with a newline in it)."""
+    print(for_stream(sys.stderr)(one_line(f"error: {message}")), file=sys.stderr)
 
 
 if __name__ == "__main__":

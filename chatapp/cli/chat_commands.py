@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from chatapp.cli.checks import some_text
+from chatapp.cli.checks import some_file, some_text
 from chatapp.cli.options import (
     ApiKeyEnvOpt,
     BatchOpt,
@@ -169,11 +169,16 @@ def ask(
         str | None, typer.Option(help="a JSON schema file: the reply is JSON that follows it")
     ] = None,
     grammar: Annotated[
-        str | None, typer.Option(help="a GBNF grammar file (llama.cpp's): the reply follows it")
+        str | None,
+        typer.Option(
+            help="a GBNF grammar file (llama.cpp's): the reply follows it", callback=some_file
+        ),
     ] = None,
     file: Annotated[
         list[str] | None,
-        typer.Option("--file", help="attach a text file (repeatable; - reads stdin)"),
+        typer.Option(
+            "--file", help="attach a text file (repeatable; - reads stdin)", callback=some_file
+        ),
     ] = None,
     steer: SteerOpt = None,
     steer_layers: SteerLayersOpt = None,

@@ -12,3 +12,12 @@ def some_text(value: str | None) -> str | None:
         shown = "empty" if not value else "only whitespace"
         raise typer.BadParameter(f"it is {shown}: give some text")
     return value
+
+
+def some_file(value: str | list[str] | None) -> str | list[str] | None:
+    """A file option's check (a typer callback; a repeatable one gets the list): an empty or
+    blank name is refused, naming the option, where it would read as the current folder."""
+    for name in [value] if isinstance(value, str) else value or []:
+        if not name.strip():
+            raise typer.BadParameter("it is empty: give a file")
+    return value

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from chatapp.config import CTX_RANGE, GPU_LAYERS_RANGE
 from chatapp.cpus import ThreadCountError, check_threads
 from chatapp.engine.steer_checks import STRENGTH_LIMIT
 from chatapp.sampling import SAMPLERS, SLIDERS
@@ -27,11 +28,22 @@ ModelArg = Annotated[
     str | None, typer.Argument(help=f"{MODEL_HELP} (default: config, else the bundled SmolLM2)")
 ]
 CtxOpt = Annotated[
-    int | None, typer.Option("--ctx", min=16, help="context size in tokens (default: config)")
+    int | None,
+    typer.Option(
+        "--ctx",
+        min=CTX_RANGE[0],
+        max=CTX_RANGE[1],
+        help="context size in tokens (default: config)",
+    ),
 ]
 NglOpt = Annotated[
     int | None,
-    typer.Option("--ngl", min=-1, help="layers on the GPU (-1 = all; default: config)"),
+    typer.Option(
+        "--ngl",
+        min=GPU_LAYERS_RANGE[0],
+        max=GPU_LAYERS_RANGE[1],
+        help="layers on the GPU (-1 = all; default: config)",
+    ),
 ]
 
 
@@ -133,6 +145,20 @@ def _finite(low: float, high: float) -> Callable[[float | None], float | None]:
     def check(value: float | None) -> float | None:
         if value is not None and not math.isfinite(value):
             raise typer.BadParameter(f"{value} is not a number from {low:g} to {high:g}")
+        return value
+
+    return check
+
+
+def within(low: float, high: float, unit: str) -> Callable[[float | None], float | None]:
+    """A check for a what-if size (fit's --params, --memory): from low to high; nan refused,
+    which min and max let through."""
+
+    def check(value: float | None) -> float | None:
+        if value is not None and not low <= value <= high:  # (false for nan)
+            raise typer.BadParameter(
+                f"{value:g} is not a number of {unit} from {low:g} to {high:g}"
+            )
         return value
 
     return check

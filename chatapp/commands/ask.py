@@ -45,7 +45,7 @@ from chatapp.stats_text import (
     tokens_text,
     ttft_text,
 )
-from chatapp.textsafe import for_stream
+from chatapp.textsafe import for_stream, one_line
 
 if TYPE_CHECKING:
     from chatapp.engine.local.process.local_engine import LocalEngine
@@ -154,7 +154,7 @@ def run_ask(
     if failed is not None:
         if not as_json and tokens:
             out.write("\n")
-        print(shown_err(f"error: {failed.message}"), file=sys.stderr)
+        print(shown_err(one_line(f"error: {failed.message}")), file=sys.stderr)
         return 1
     assert finished is not None
     cut = cut_short(finished, grammar)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -57,13 +58,13 @@ def fit_cmd(
     """
     if ctx < 1:
         raise EngineError(f"the context size must be at least 1 token, got {ctx}")
-    if memory_gb is not None and memory_gb <= 0:
+    if memory_gb is not None and not 0 < memory_gb < math.inf:  # (nan: false)
         raise EngineError(f"--memory must be a positive number of GiB, got {memory_gb:g}")
     gpu, ram = fit.free_memory()
     out: dict = {}
     text = []
     if params_b is not None:
-        if params_b <= 0:
+        if not 0 < params_b < math.inf:
             raise EngineError(f"--params must be a positive number of billions, got {params_b:g}")
         memory = int(memory_gb * fit.GIB) if memory_gb is not None else (gpu or ram or 0)
         if not memory:

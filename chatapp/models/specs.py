@@ -82,10 +82,19 @@ def parse_spec(text: str) -> ModelSpec:
     path = paths.expand_user(text)
     head = text.partition(":")[0]
     if (
-        path.exists()
+        _exists(path)
         or text.startswith(_LOOKS_LIKE_PATH)
         or head.lower().endswith(".gguf")
         or not _REPO.fullmatch(head)
     ):
         return ModelSpec("path", text, path=path)
     return _hf(text, text)
+
+
+def _exists(path: Path) -> bool:
+    """Whether a file or folder is there; a name the system cannot even look up (longer than
+    a file name may be) is none, and is read as a path: its error then names it."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
