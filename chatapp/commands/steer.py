@@ -15,7 +15,7 @@ from chatapp.engine import control_vector, steer_library
 from chatapp.engine.protocol import LoadOptions
 from chatapp.engine.steer_checks import check_name
 from chatapp.engine.steering import Meter, Steering, SteeringError
-from chatapp.textsafe import printable, token_display
+from chatapp.textsafe import one_line, printable, token_display
 
 
 def run_make(
@@ -102,6 +102,17 @@ def chat_steering(
 
 def run_list(model_path: str, as_json: bool) -> int:
     """The vectors kept for this model, then the built-in pairs not made for it yet."""
+    try:
+        is_file = Path(model_path).is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL in it
+        is_file = False
+    if not is_file:
+        print(
+            f"error: {one_line(model_path)[:120]!r} is not a model file here: give a GGUF "
+            "file, or a name `chatapp models` lists",
+            file=sys.stderr,
+        )
+        return 2
     kept = steer_library.saved(model_path)
     made = {v.name for v in kept}
     todo = [n for n in steer_library.builtin_names() if n not in made]

@@ -19,18 +19,6 @@ import typer
 from chatapp.cli import app
 from chatapp.models.bundled import smollm2_path
 
-# ---- cases other helpers own (their fixes land on other branches; the lead removes these) ----
-
-BENCH = "owned by the bench helper: bench prints its own error: line (commands/bench.py)"
-STEER = "owned by the steering helper: steer list looks the name up as a folder unchecked"
-OWNED_ELSEWHERE: dict[tuple[str, str, str], str] = {  # (command, parameter, value): why
-    ("bench", "llama_bench", "\n"): BENCH,
-    ("bench", "llama_bench", "a\nb"): BENCH,
-    ("bench", "llama_server", "\n"): BENCH,
-    ("bench", "llama_server", "a\nb"): BENCH,
-    ("steer list", "model", "x" * 5000): STEER,  # (LONG)
-}
-
 # ---- the bad values, by the type of the parameter -----------------------------------------
 
 MISSING = "<missing path>"  # a path that does not exist (made per test, under tmp_path)
@@ -148,9 +136,7 @@ def _case(path, command, walked, value, base) -> Case:
 
 def _params():
     for case in cases():
-        reason = OWNED_ELSEWHERE.get((" ".join(case.path), case.param, case.value))
-        marks = [pytest.mark.xfail(strict=False, reason=reason)] if reason else []
-        yield pytest.param(case, id=case.id, marks=marks)
+        yield pytest.param(case, id=case.id)
 
 
 # ---- running one case in this process ------------------------------------------------------
