@@ -41,7 +41,8 @@ def _size(text: str) -> tuple[int, int]:
 def bench(
     model: ModelOpt = None,
     tokens: Annotated[
-        int | None, typer.Option(min=8, help=f"tokens generated per run (default {TOKENS})")
+        int | None,
+        typer.Option(min=8, max=32768, help=f"tokens generated per run (default {TOKENS})"),
     ] = None,
     prompt_tokens: Annotated[
         int | None,
@@ -49,11 +50,13 @@ def bench(
             "--depth",
             "--prompt-tokens",
             min=8,
+            max=4194304,
             help=f"prompt tokens per run: decode runs after them (default {DEFAULT_DEPTH})",
         ),
     ] = None,
     reps: Annotated[
-        int | None, typer.Option(min=1, help=f"repetitions, alternating (default {REPS})")
+        int | None,
+        typer.Option(min=1, max=1000, help=f"repetitions, alternating (default {REPS})"),
     ] = None,
     ctx: CtxOpt = None,
     threads: ThreadsOpt = None,
@@ -233,10 +236,14 @@ def tune(
         int | None, typer.Option("--ctx", min=64, help="context size in tokens (default: config)")
     ] = None,
     ngl: NglOpt = None,
-    tokens: Annotated[int, typer.Option(min=4, help="tokens decoded at each depth")] = 32,
+    tokens: Annotated[
+        int, typer.Option(min=4, max=32768, help="tokens decoded at each depth")
+    ] = 32,
     depth: Annotated[
         list[int] | None,
-        typer.Option(help="depths to decode at (repeatable; default 0, 512, 2048)", min=0),
+        typer.Option(
+            help="depths to decode at (repeatable; default 0, 512, 2048)", min=0, max=4194304
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
 ) -> None:

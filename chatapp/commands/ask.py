@@ -277,6 +277,9 @@ def check_fits(engine: Engine, content: str, settings: SamplerSettings) -> None:
 
 def grammar_option(json_schema: str | None, gbnf: str | None) -> Grammar | None:
     """The grammar `--json-schema FILE` or `--grammar FILE.gbnf` asks for (one of them)."""
+    for flag, value in (("--json-schema", json_schema), ("--grammar", gbnf)):
+        if value is not None and not value.strip():
+            raise UsageError(f"{flag} is empty: give a file, or leave the option out")
     if json_schema and gbnf:
         raise UsageError("give --json-schema or --grammar, not both")
     if json_schema:

@@ -496,3 +496,22 @@ def test_an_empty_or_blank_prompt_is_one_sentence_in_every_command_that_takes_on
         lines[0],
     ), lines[0]
     assert r.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("ask", "hi", "--json-schema", ""),
+        ("ask", "hi", "--grammar", " "),
+        ("bench", "--reps", str(10**6)),
+        ("bench", "--tokens", str(10**12)),
+        ("tune", "--tokens", str(10**12)),
+    ],
+    ids=["empty-schema", "blank-grammar", "huge-reps", "huge-bench-tokens", "huge-tune-tokens"],
+)
+def test_an_empty_file_option_or_a_count_past_its_limit_is_refused(fresh_dirs, args):
+    """The walk's leftovers: an empty --json-schema ran with no schema at all; a billion
+    repetitions or tokens were taken and ran until killed."""
+    r = run_cli(*args)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
