@@ -230,11 +230,11 @@ class ThreadGovernor:
             self.apply(threads)
 
     def _set(self, threads: int, index: int, why: str) -> None:
+        """Decode at `threads` from the next step, a change kept (recorded as a switch)."""
         self._window.clear()
         self._judged = None
         if threads != self.threads:
-            self.threads = threads
-            self.apply(threads)
+            self._set_quietly(threads)
             self.switches.append(Switch(index, threads, why))
 
 
