@@ -12,7 +12,7 @@ from chatapp.stats_text import decode_text, prefill_text
 class Part:
     """One stretch of a reply's time."""
 
-    name: str  # load, template, tokenize, prefill, first token, decode, ui
+    name: str  # load, tune wait, template, tokenize, prefill, first token, decode, ui
     seconds: float
     detail: str
 
@@ -20,10 +20,13 @@ class Part:
 def parts(st: GenerationStats, load_s: float | None = None, ui_s: float | None = None):
     """The reply's time in the order it was spent. `load_s`: the model's load, when this reply
     waited for it; `ui_s`: what the UI added before the first token showed (first paint minus
-    the engine's TTFT)."""
+    the engine's TTFT and the wait behind the tune, ui_share())."""
     out: list[Part] = []
     if load_s:
         out.append(Part("load", load_s, "loading the model file"))
+    if st.tune_wait_s > 0:
+        stop = "the tune on first use stopping the step it was in"
+        out.append(Part("tune wait", st.tune_wait_s, stop))
     out.append(Part("template", st.template_s, "rendering the chat template"))
     out.append(Part("tokenize", st.tokenize_s, f"{st.prompt_tokens:,} prompt tokens"))
     reused = st.prompt_tokens - st.prompt_evaluated
@@ -50,6 +53,14 @@ def parts(st: GenerationStats, load_s: float | None = None, ui_s: float | None =
     if ui_s is not None:
         out.append(Part("ui", max(0.0, ui_s), "the UI, submit to first paint beyond the engine"))
     return out
+
+
+def ui_share(st: GenerationStats, first_paint_s: float | None) -> float | None:
+    """What the UI added before the first token showed: submit to first paint, less the
+    engine's TTFT and the wait behind the tune (the worker's, not the UI's)."""
+    if first_paint_s is None or st.ttft_s is None:
+        return None
+    return first_paint_s - st.ttft_s - st.tune_wait_s
 
 
 def verdict(st: GenerationStats, load_s: float | None = None, ui_s: float | None = None) -> str:

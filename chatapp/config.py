@@ -11,10 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from chatapp import jsonfile, paths
+from chatapp.cpus import ThreadCountError, check_threads
 from chatapp.errors import ChatappError
 from chatapp.sampling import PRESETS, SamplerSettings, SettingsError
 
 STATE_NAME = "state.json"
+CTX_RANGE = (16, 1 << 22)
+"""The context sizes taken (tokens), here, by --ctx and by the models screen's ctx field."""
+GPU_LAYERS_RANGE = (-1, 100_000)
+"""The GPU layer counts taken (-1 = all), here, by --ngl and by the models screen."""
 DEFAULT_THEME = "chatapp-dark"
 
 
@@ -54,23 +59,27 @@ class Config:
     model_dirs: tuple[str, ...] = ()
     """Directories searched for *.gguf files by `chatapp models` and the model picker."""
     n_ctx: int = 4096
-    """Context size in tokens."""
+    """Context size in tokens, 16 to 4194304 (as --ctx takes)."""
     n_gpu_layers: int = -1
-    """Layers offloaded to the GPU; -1 = all, 0 = CPU only."""
+    """Layers offloaded to the GPU; -1 = all, 0 = CPU only; at most 100000 (as --ngl)."""
     threads: int | None = None
-    """CPU threads for decoding; None (or 0 in the file) = as `chatapp tune` found, else all."""
+    """CPU threads for decoding; None (or 0 in the file) = as `chatapp tune` found, else all the
+    CPUs chatapp may use (its affinity, a container's quota). More than those CPUs is kept with
+    a warning; more than 4 per CPU (or 256) is refused."""
     flash_attn: bool | None = None
-    """Flash attention; None (absent) = on on the CPU with `exact_batches`, else tuned, else
-    off there, and llama.cpp's choice on a GPU."""
+    """Flash attention; None (absent) = tuned, else off on the CPU (on with `exact_batches`),
+    and llama.cpp's choice on a GPU."""
     repack: bool | None = None
     """llama.cpp's extra CPU buffer types (AMX, weight repacking); None (absent) = on, unless
     they crashed on this machine."""
     huge_pages: bool | None = None
     """Transparent huge pages for the model worker's large buffers (KV cache); None (absent)
     = on where Linux offers them."""
-    exact_batches: bool = True
+    exact_batches: bool = False
     """On the CPU, attention that computes a batch's rows as it computes one token (flash
-    attention over a Q8_0 V cache), so replies with drafts are the replies without; false =
+    attention over a Q8_0 V cache), so replies with drafts are the replies without. Off by
+    default: at 1,000 tokens of context it decodes at ~0.8x and prefills at ~0.45x (measured
+    with llama-bench, docs/speed.md); false =
     llama.cpp's other kernels (flash attention as `flash_attn` says, an F16 cache)."""
     autotune: bool = True
     """Tune on first use: the chat measures flash attention and threads for a file that has
@@ -108,6 +117,25 @@ class _Bad(ValueError):
     """One bad value; the message is what follows the key name."""
 
 
+def url_problem(url: str) -> str:
+    """What is wrong with a server's address, as the end of a sentence naming it ('' when
+    nothing): the one check of config's [servers.NAME] url and of --server."""
+    import httpx
+
+    if not re.match(r"https?://", url):
+        return "must start with http:// or https://"
+    try:
+        parsed = httpx.URL(url)
+        port = parsed.port
+    except (httpx.InvalidURL, ValueError) as exc:
+        return f"is not a URL ({str(exc).rstrip('.')})"
+    if not parsed.host:
+        return "names no host (e.g. http://127.0.0.1:8080)"
+    if port is not None and not 0 < port < 65536:
+        return f"has port {port}, past 65535"
+    return ""
+
+
 def _show(value: Any) -> str:
     return json.dumps(value) if isinstance(value, str) else repr(value)
 
@@ -139,10 +167,6 @@ def _flag(value: Any) -> bool:
     if not isinstance(value, bool):
         raise _Bad(f"must be true or false, got {_show(value)}")
     return value
-
-
-def _threads(value: Any) -> int | None:
-    return _whole(0, 1024)(value) or None
 
 
 def _dotted(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -220,10 +244,28 @@ class _Loader:
             if "url" not in data:
                 self.problem(f'{where}.url is missing (e.g. url = "http://127.0.0.1:8080")')
             return None
-        if not re.match(r"https?://[^/\s]+", url):
-            self.problem(f"{where}.url must start with http:// or https://, got {_show(url)}")
+        problem = url_problem(url)
+        if problem:
+            self.problem(f"{where}.url {problem}, got {_show(url)}")
             return None
         return ServerConfig(**values)
+
+    def threads(self, value: Any) -> int | None:
+        """0 = not set; else checked as --threads is (cpus.check_threads): past the hard limit
+        a problem and the default, past the usable CPUs a warning and the count kept."""
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Bad(f"must be a whole number, got {_show(value)}")
+        if value < 0:
+            raise _Bad(f"must be 1 or more, or 0 for the default (as tuned, else all), got {value}")
+        if value == 0:
+            return None
+        try:
+            warning = check_threads(value)
+        except ThreadCountError as exc:
+            raise _Bad(str(exc)) from None
+        if warning:
+            self.problem(f"threads {warning}")
+        return value
 
     def draft(self, value: Any) -> str:
         """ "ngram", "off" (stored as ""), or a model file (relative to the config's folder)."""
@@ -235,9 +277,9 @@ class _Loader:
         scalars: dict[str, Callable[[Any], Any]] = {
             "default_model": self.file_path,
             "model_dirs": self.path_list,
-            "n_ctx": _whole(16, 1 << 22),
-            "n_gpu_layers": _whole(-1, 100_000),
-            "threads": _threads,
+            "n_ctx": _whole(*CTX_RANGE),
+            "n_gpu_layers": _whole(*GPU_LAYERS_RANGE),
+            "threads": self.threads,
             "flash_attn": _flag,
             "repack": _flag,
             "huge_pages": _flag,
@@ -358,7 +400,7 @@ def effective_theme(config: Config) -> str:
 # What leaving each optional key out means: `config show` prints it commented with this.
 _UNSET = {
     "default_model": ('""', "the bundled model is used"),
-    "flash_attn": ("true", "on on the CPU with exact_batches, else tuned, else off there"),
+    "flash_attn": ("true", "tuned, else off on the CPU (on with exact_batches)"),
     "repack": ("true", "on, unless it crashed on this machine"),
     "huge_pages": ("true", "on where Linux offers them"),
     "think": ("true", "the chat template's own default"),

@@ -1,19 +1,32 @@
 """What other programs take of the CPU, from psutil (Linux, macOS, Windows): the cores they used
-between two readings, this process and its children left out."""
+between two readings on the CPUs this process may run on, it and its children left out."""
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 import psutil
 
+from chatapp.cpus import allowed_cpus, machine_cpus
 
-def _busy_seconds() -> float:
-    """Seconds every CPU spent on anything but idling since boot (steal included: a VM's
-    host taking the core slows llama.cpp as another program would)."""
-    t = psutil.cpu_times()
+
+def _busy(t: Any) -> float:
+    """Seconds of one cpu_times() reading spent on anything but idling (steal included: a
+    VM's host taking the core slows llama.cpp as another program would)."""
     idle = t.idle + getattr(t, "iowait", 0.0)
     return sum(t) - idle - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+
+
+def _busy_seconds() -> float:
+    """Busy seconds since boot of the CPUs this process may run on (cpus.allowed_cpus): a
+    program on a CPU it may not use (taskset, a cpuset) takes nothing from it."""
+    mine = allowed_cpus()
+    if len(mine) >= machine_cpus():
+        return _busy(psutil.cpu_times())
+    per_cpu = psutil.cpu_times(percpu=True)
+    return sum(_busy(per_cpu[i]) for i in mine if i < len(per_cpu))
 
 
 def _own_seconds(me: psutil.Process) -> float:
@@ -63,19 +76,61 @@ class OtherPrograms:
         return max(0.0, others) / (now[2] - before[2])
 
 
+class LoadWatch:
+    """The cores other programs use now, read on a background thread every `every_s` (~30 us
+    a reading), so a fresh reading is at hand the moment a reply starts, after an idle gap as
+    well (a reading taken across the gap would say nothing of now; none at all left the
+    governor blind for the prompt and the first tokens). None when psutil cannot say."""
+
+    FIRST_S = 0.05  # the shortest span a first reading is taken over (ticks are 10 ms)
+
+    def __init__(self, every_s: float = 0.25, children: bool = False) -> None:
+        self._reader = OtherPrograms(children=children, max_age_s=every_s * 4)
+        self._every_s = every_s
+        self._started = time.monotonic()
+        self._latest: float | None = None
+        self._at: float | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="load-watch", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        with self._lock:
+            self._latest, self._at = self._reader(), time.monotonic()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            self._read()
+
+    def __call__(self) -> float | None:
+        """The last reading. Asked before the first (a reply right after the model loaded),
+        it reads now, over at least FIRST_S since the watch began; a reading older than a
+        few intervals (a paused process, a machine that slept) is read again too."""
+        at = self._at
+        if at is None or time.monotonic() - at > self._every_s * 4:
+            time.sleep(max(0.0, self._started + self.FIRST_S - time.monotonic()))
+            self._read()
+        return self._latest
+
+    def close(self) -> None:
+        self._stop.set()
+
+
 SPARE_CORES = 0.25  # other programs may use this much of a core beyond the spare ones
 
 
 def disturbed(busy_cores: float | None, threads: int, cores: int | None = None) -> bool:
     """Whether other programs took time from llama.cpp's threads: they used more than the
-    cores its threads left free (plus a quarter of one, for the odd daemon). `cores`: this
-    machine's logical CPUs unless given."""
-    cores = cores or psutil.cpu_count() or 1
+    cores its threads left free (plus a quarter of one, for the odd daemon). `cores`: the
+    CPUs the load is read on (those this process may run on) unless given."""
+    cores = cores or len(allowed_cpus())
     return busy_cores is not None and busy_cores > max(cores - threads, 0) + SPARE_CORES
 
 
 def share_of_cpu(cores: float | None) -> float | None:
-    """Cores used, as a share of all the machine's CPUs."""
+    """Cores used, as a share of the CPUs the load is read on (those this process may run
+    on)."""
     if cores is None:
         return None
-    return cores / (psutil.cpu_count() or 1)
+    return cores / len(allowed_cpus())

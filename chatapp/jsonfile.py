@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,21 @@ def _tell(sentence: str) -> None:
         pass  # no stderr (a closed one): the next listener hears it
 
 
+_collecting: ContextVar[list[Path] | None] = ContextVar("jsonfile_kept_aside", default=None)
+
+
+@contextmanager
+def kept_aside() -> Iterator[list[Path]]:
+    """The files kept aside within the block, in this thread, where they went (each is told
+    as always too): for a screen that says so where the user looks."""
+    found: list[Path] = []
+    token = _collecting.set(found)
+    try:
+        yield found
+    finally:
+        _collecting.reset(token)
+
+
 @contextmanager
 def locked(path: Path) -> Iterator[None]:
     """Hold PATH.lock (a lock between processes, released if one dies). Raises OSError
@@ -181,4 +197,7 @@ def _keep_aside(path: Path, why: str) -> Path | None:
     except OSError as exc:
         raise JsonFileError(f"{why}; it could not be kept aside ({exc.strerror or exc})") from None
     _tell(f"{why}; it was kept as {aside}, and chatapp starts a new {path.name}")
+    collecting = _collecting.get()
+    if collecting is not None:
+        collecting.append(aside)
     return aside

@@ -5,43 +5,35 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
-import os
 import platform
-import re
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from chatapp import jsonfile, paths
+import psutil
+
+from chatapp import cpus, jsonfile, paths
 
 MEMORY_FILE = "machine.json"
 
 
 def _cpuinfo() -> str:
+    """/proc/cpuinfo's text ("" where it is absent). Read only for the CPU's model name and
+    feature flags: psutil has no API for either (platform.processor() says "x86_64" on Linux)."""
     try:
         return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
 
 
-def parse_meminfo(text: str) -> dict[str, int]:
-    """/proc/meminfo as bytes per field."""
-    fields = {}
-    for line in text.splitlines():
-        m = re.match(r"(\w+):\s+(\d+)(?:\s+kB)?", line)
-        if m:
-            fields[m.group(1)] = int(m.group(2)) * (1024 if "kB" in line else 1)
-    return fields
-
-
-def ram_available(meminfo: str | Path = "/proc/meminfo") -> int | None:
-    """MemAvailable in bytes (None where /proc/meminfo is not there)."""
+def ram_available() -> int | None:
+    """Bytes of RAM that can be used without swapping (psutil: Linux's MemAvailable, macOS's
+    and Windows' own figure); None where psutil cannot say."""
     try:
-        text = Path(meminfo).read_text()
-    except OSError:
+        return int(psutil.virtual_memory().available)
+    except (psutil.Error, OSError, RuntimeError):
         return None
-    return parse_meminfo(text).get("MemAvailable")
 
 
 @cache
@@ -63,22 +55,12 @@ def cpu_flags() -> frozenset[str]:
 
 
 @cache
-def physical_cores() -> int:
-    """Distinct (package, core) pairs in /proc/cpuinfo; the logical count where it has none."""
-    cores, package = set(), "0"
-    for line in _cpuinfo().splitlines():
-        if line.startswith("physical id"):
-            package = line.split(":", 1)[1].strip()
-        elif line.startswith("core id"):
-            cores.add((package, line.split(":", 1)[1].strip()))
-    return len(cores) or os.cpu_count() or 1
-
-
-@cache
 def machine_key() -> str:
-    """CPU model, its flags and the core count: what a tuned choice depends on."""
+    """CPU model, its flags and the machine's logical CPUs: what a tuned choice depends on. The
+    machine's count, not the CPUs this process may use (usable_cpus): the key names the
+    hardware, and a tuned count is capped to the usable CPUs where it is applied."""
     flags = hashlib.sha1(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:10]
-    return f"{cpu_name()} | {os.cpu_count()} cpus | flags {flags}"
+    return f"{cpu_name()} | {cpus.machine_cpus()} cpus | flags {flags}"
 
 
 def _lib_dirs() -> list[Path]:

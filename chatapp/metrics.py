@@ -27,6 +27,9 @@ class GenerationStats:
     """Rendering the chat template (in the worker, before prefill)."""
     tokenize_s: float = 0.0
     """Tokenizing the rendered prompt."""
+    tune_wait_s: float = 0.0
+    """Request sent -> the worker began it, when the tune on first use was on: the wait for
+    the tune's step in progress (0 when no tune was on)."""
     draft_tokens: int = 0
     """Speculative decoding: draft tokens proposed and checked by the model."""
     draft_accepted: int = 0

@@ -1,10 +1,25 @@
-"""How far a long job is, in one line: done / total, rate, time left (tokens scored, bytes
-downloaded), and a bar that redraws that line on a terminal."""
+"""How far a long job is: one line of text (done / total, rate, time left) for the TUI, and
+rich's progress bars for the command line (tokens scored, bytes downloaded)."""
 
 from __future__ import annotations
 
-import sys
-import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.text import Text
 
 
 def bytes_text(n: float) -> str:
@@ -37,32 +52,59 @@ def progress_text(
     return f"{done:.0f}/{total:.0f} {unit}, {rate:,.0f} t/s{left}"
 
 
-class ProgressBar:
-    """One line per job on stderr, redrawn in place on a terminal (only the final line when
-    stderr is a file or a pipe)."""
+Bar = Callable[..., None]
+"""One job's bar: bar(done, total, seconds, base=0); `base` is what was done before this run
+(a resumed download), counted in done and total but not in the rate. (`seconds` is the caller's
+clock: the bar measures the rate itself.)"""
 
-    WIDTH = 24
-    EVERY_S = 0.1  # redraws at most this often (the last one always)
 
-    def __init__(self, name: str, stream=None, unit: str = "tokens") -> None:
+@contextmanager
+def bars(unit: str = "tokens", console: Console | None = None) -> Iterator[Callable[[str], Bar]]:
+    """For the block, a maker of bars on stderr (rich's Progress, as `tune` draws): bars(name)
+    adds a line for a job. On a terminal the lines are redrawn in place; into a file or a
+    pipe they are printed once, as they ended, when the block ends. `unit` "bytes": sizes,
+    transfer speed and time left; else done/total tokens, tokens a second and time left."""
+    progress = Progress(
+        *_columns(unit), console=console or Console(stderr=True), redirect_stdout=False
+    )
+
+    def add(name: str) -> Bar:
+        if not progress.live.is_started:  # (no bar, nothing drawn: a pull already here)
+            progress.start()
+        return _Line(progress, name)
+
+    try:
+        yield add
+    finally:
+        if progress.live.is_started:
+            progress.stop()
+
+
+def _columns(unit: str) -> tuple[ProgressColumn, ...]:
+    name = TextColumn("{task.description}", markup=False)  # (a file name: data, never markup)
+    if unit == "bytes":
+        return (name, BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    return (name, BarColumn(), MofNCompleteColumn(), _TokenRate(), TimeRemainingColumn())
+
+
+class _TokenRate(ProgressColumn):
+    """Tokens a second, as rich measured them."""
+
+    def render(self, task: Task) -> Text:
+        return Text(
+            "" if task.speed is None else f"{task.speed:,.0f} t/s", style="progress.data.speed"
+        )
+
+
+class _Line:
+    """One job's line: added at its first report, with what was there before as done."""
+
+    def __init__(self, progress: Progress, name: str) -> None:
+        self.progress = progress
         self.name = name
-        self.unit = unit
-        self.stream = stream or sys.stderr
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self._drawn = 0.0
+        self.task: TaskID | None = None
 
-    def __call__(self, done: int, total: int, seconds: float, base: int = 0) -> None:
-        """`base`: what was already done before this run (a resumed download)."""
-        finished = done >= total
-        now = time.monotonic()
-        if not finished and (not self.tty or now - self._drawn < self.EVERY_S):
-            return
-        self._drawn = now
-        filled = int(self.WIDTH * done / max(total, 1))
-        bar = "█" * filled + "░" * (self.WIDTH - filled)
-        line = f"{self.name}  {bar} {progress_text(done, total, seconds, self.unit, base)}"
-        if self.tty:
-            self.stream.write("\r\x1b[K" + line + ("\n" if finished else ""))
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+    def __call__(self, done: int, total: int, seconds: float = 0.0, base: int = 0) -> None:
+        if self.task is None:
+            self.task = self.progress.add_task(self.name, total=total, completed=base)
+        self.progress.update(self.task, total=total, completed=done)

@@ -31,6 +31,19 @@ def for_terminal(text: str) -> str:
     return printable(text.replace("\r\n", "\n"))
 
 
+# Every character str.splitlines() breaks a line at, as an escape that keeps the line whole.
+_LINE_BREAKS = {
+    ord(ch): ch.encode("unicode_escape").decode("ascii")
+    for ch in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+}
+
+
+def one_line(text: str) -> str:
+    """Text for a line of its own (an `error:` line): each line break in it, a newline in a
+    path or a value the user gave, written as its escape (`\\n`), so the line stays one."""
+    return text.translate(_LINE_BREAKS)
+
+
 def _unchanged(text: str) -> str:
     return text
 

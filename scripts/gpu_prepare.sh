@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Make the carry folder of the offline GPU check (docs/gpu.md), with network, in one command:
 #   scripts/gpu_prepare.sh [DIR]          # DIR defaults to .gpu-carry (ignored by git)
+# DIR and DIR-device-base must be new, empty or made by this script (marked .made-by-gpu_prepare,
+# emptied again); a folder holding anything else is refused and left as it is.
 # DIR gets: llama-cpp-python's sdist with its vendored llama.cpp trimmed (no vocab models,
 # tests, docs, examples, other GPU backends) as one .tar.xz; wheels/ with what a lent machine
 # lacks for `pip install --no-index` (cp312 manylinux x86_64, numpy left out: preinstalled
@@ -14,12 +16,38 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DIR="$(realpath -m "${1:-$ROOT/.gpu-carry}")"
 BASE="$DIR-device-base"
+MARK=.made-by-gpu_prepare  # in each folder this script made: only those it empties again
+
+fresh_folder() {  # make $1 anew: a folder this script made is emptied, any other is refused
+  local dir="$1"
+  if [ -e "$dir" ] && [ ! -d "$dir" ]; then
+    echo "error: $dir exists and is not a folder: give a new folder's name" >&2
+    exit 2
+  fi
+  if [ -d "$dir" ] && [ -n "$(ls -A "$dir")" ] && [ ! -f "$dir/$MARK" ]; then
+    echo "error: $dir is a folder with files that gpu_prepare.sh did not make: it is left" \
+      "as it is; give a new or empty folder's name" >&2
+    exit 2
+  fi
+}
+fresh_folder "$DIR"
+fresh_folder "$BASE"  # (both checked before either is touched)
+for made in "$DIR" "$BASE"; do
+  if [ -f "$made/$MARK" ]; then
+    find "$made" -mindepth 1 -delete  # its own earlier output: the folder itself stays
+  fi
+  mkdir -p "$made"
+  echo "made by scripts/gpu_prepare.sh, which empties this folder when run on it again" \
+    >"$made/$MARK"
+done
+mkdir -p "$DIR/wheels"
 PY="${PREPARE_PYTHON:-python3}"
 BLOCKS="${GPU_MODEL_BLOCKS:-4}"
 LIMIT_MB="${GPU_CARRY_LIMIT_MB:-50}"
 VERSION="$(grep -o 'llama-cpp-python==[0-9.]*' "$ROOT/pyproject.toml" | head -1 | cut -d= -f3)"
 CACHE="${GPU_PREPARE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/chatapp-gpu-prepare}"
 SDIST="${LLAMA_SDIST:-$CACHE/llama_cpp_python-$VERSION.tar.gz}"
+
 STAGE="$(mktemp -d)"
 trap 'rm -rf "$STAGE"' EXIT
 CP312=(--only-binary :all: --python-version 3.12 --implementation cp --abi cp312
@@ -40,9 +68,6 @@ trim() {  # the parts of the sdist that neither llama-cpp-python's build nor lla
     rm -rf "$llama/ggml/src/ggml-$backend"  # added only when its GGML_<NAME> option is on
   done
 }
-
-rm -rf "$DIR" "$BASE"
-mkdir -p "$DIR/wheels" "$BASE"
 
 # 1. llama-cpp-python's sdist, trimmed, as one archive
 if [ ! -f "$SDIST" ]; then

@@ -128,6 +128,12 @@ def run_cli(
     )
 
 
+# A shell without job control starts its `&` jobs with SIGINT ignored (a script's or `bash -c`'s
+# `cmd &`, a CI runner, a suite run in the background) and Python keeps it ignored: put before a
+# command, this starts it so whatever started the tests.
+SIGINT_IGNORED = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]
+
+
 def one_error_line(r: subprocess.CompletedProcess, code: int = 1) -> str:
     """The one `error: ...` line of a failed command (no traceback, nothing else), unprefixed."""
     assert "Traceback" not in r.stderr, r.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -17,7 +18,7 @@ from chatapp.cli import (  # noqa: F401  (each module registers its commands on 
 )
 from chatapp.cli.typer_app import app
 from chatapp.errors import ChatappError, UsageError
-from chatapp.textsafe import for_stream
+from chatapp.textsafe import for_stream, one_line
 
 __all__ = ["app", "main"]
 
@@ -35,7 +36,10 @@ _CLI_ERRORS = (getattr(typer, "TyperException", ClickException), ClickException)
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: a user error is one `error:` line and a non-zero exit (2 for
-    bad flags, 1 for the rest), never a traceback."""
+    bad flags, 1 for the rest), never a traceback. argv None: the process's own command line
+    (the console script, `python -m chatapp.cli`), whose Ctrl-C is taken back."""
+    if argv is None:
+        _ctrl_c_stops()
     command = typer.main.get_command(app)
     try:
         code = command.main(args=argv, prog_name="chatapp", standalone_mode=False)
@@ -58,8 +62,24 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
+def _ctrl_c_stops() -> None:
+    """Ctrl-C (SIGINT) stops a command, however it was started.
+
+    A shell without job control starts its `&` jobs with SIGINT ignored (a script's or
+    `bash -c`'s `cmd &`; a CI runner or a test suite started so passes it on to every command
+    it runs), and Python then keeps it ignored: a pull, a quantize or a bench ran on for
+    minutes through Ctrl-C and `kill -INT` (the pull's Ctrl-C test timed out in a suite run so,
+    and only there). Every command here is run for whoever started it and promises that Ctrl-C
+    stops it cleanly (exit 130, what was done kept), so the KeyboardInterrupt handler goes back
+    in. One that is to outlive a terminal's Ctrl-C is started in a session of its own
+    (`setsid chatapp ...`), which the terminal's Ctrl-C never reaches."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _error(message: object) -> None:
-    print(for_stream(sys.stderr)(f"error: {message}"), file=sys.stderr)
+    """One `error:` line, whatever the message quotes (a path or value with a newline in it)."""
+    print(for_stream(sys.stderr)(one_line(f"error: {message}")), file=sys.stderr)
 
 
 if __name__ == "__main__":

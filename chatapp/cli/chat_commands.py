@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from chatapp.cli.checks import some_file, some_text
 from chatapp.cli.options import (
     ApiKeyEnvOpt,
     BatchOpt,
@@ -23,6 +24,7 @@ from chatapp.cli.options import (
     ThinkOpt,
     ThreadsOpt,
     sampler_options,
+    threads_notes,
 )
 from chatapp.cli.typer_app import app
 from chatapp.commands.settings import (
@@ -85,6 +87,7 @@ def chat(
     from chatapp.config import load_config
 
     config, problems = load_config()
+    problems += threads_notes(threads)
     if system is not None:
         from chatapp.chat.prompts import resolve_system
 
@@ -110,9 +113,9 @@ def chat(
         find_model=url is None,
         draft_model=draft_model,
     )
-    steering = steering_option(steer, steer_layers, options.model_path, url)
-    if vs is not None and steering is not None:
+    if vs is not None and steer:
         raise UsageError("--vs compares two models as they are; it does not take --steer")
+    steering = steering_option(steer, steer_layers, options, url)
     if vs is not None:
         from chatapp.ui.launch import run_versus_app
 
@@ -144,7 +147,7 @@ def chat(
 @app.command()
 @sampler_options
 def ask(
-    prompt: Annotated[str, typer.Argument(help="what to ask")],
+    prompt: Annotated[str, typer.Argument(help="what to ask", callback=some_text)],
     model: ModelOpt = None,
     system: Annotated[
         str | None, typer.Option(help="system prompt: text, or @NAME for a named one")
@@ -166,11 +169,16 @@ def ask(
         str | None, typer.Option(help="a JSON schema file: the reply is JSON that follows it")
     ] = None,
     grammar: Annotated[
-        str | None, typer.Option(help="a GBNF grammar file (llama.cpp's): the reply follows it")
+        str | None,
+        typer.Option(
+            help="a GBNF grammar file (llama.cpp's): the reply follows it", callback=some_file
+        ),
     ] = None,
     file: Annotated[
         list[str] | None,
-        typer.Option("--file", help="attach a text file (repeatable; - reads stdin)"),
+        typer.Option(
+            "--file", help="attach a text file (repeatable; - reads stdin)", callback=some_file
+        ),
     ] = None,
     steer: SteerOpt = None,
     steer_layers: SteerLayersOpt = None,
@@ -224,7 +232,8 @@ def ask(
 def steer_specs(steer: list[str] | None, layers: str | None, server: str | None):
     """--steer NAME:STRENGTH ... and --steer-layers as ([(name, strength)], (start, end)), or
     None when not given; a sentence (SteeringError) for bad ones or for a server."""
-    from chatapp.engine.steering import REMOTE_NOTE, SteeringUnavailable, parse_layers, parse_steer
+    from chatapp.engine.steer_checks import parse_layers, parse_steer
+    from chatapp.engine.steering import REMOTE_NOTE, SteeringUnavailable
 
     if not steer:
         if layers is not None:
@@ -235,15 +244,15 @@ def steer_specs(steer: list[str] | None, layers: str | None, server: str | None)
     return [parse_steer(s) for s in steer], parse_layers(layers) if layers else (0, 0)
 
 
-def steering_option(steer, layers, model_path: str, server: str | None):
-    """The Steering `chat --steer` asks for (kept vectors or .gguf files; a built-in pair
-    must be made first: the chat's model loads later), or None."""
+def steering_option(steer, layers, options, server: str | None):
+    """The Steering `chat --steer` asks for (kept vectors, .gguf files, built-in pairs: one
+    not made for the model yet is made first), or None."""
     specs = steer_specs(steer, layers, server)
     if specs is None:
         return None
-    from chatapp.engine.steer_library import steering_for
+    from chatapp.commands.steer import chat_steering
 
-    return steering_for(specs[0], model_path, specs[1])
+    return chat_steering(options, specs)
 
 
 @app.command()

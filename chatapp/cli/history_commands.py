@@ -19,13 +19,19 @@ class ExportFormat(StrEnum):
     json = "json"
 
 
-ConversationId = Annotated[int, typer.Argument(help="conversation id (see `history list`)")]
+MOST_ROWID = 2**63 - 1  # SQLite's largest INTEGER: an id or a count past it is none
+ConversationId = Annotated[
+    int,
+    typer.Argument(min=1, max=MOST_ROWID, help="conversation id (see `history list`)"),
+]
 
 
 @history_app.command("list")
 def history_list_command(
     as_json: JsonOpt = False,
-    limit: Annotated[int | None, typer.Option(min=1, help="show at most this many")] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, max=MOST_ROWID, help="show at most this many")
+    ] = None,
 ) -> None:
     """List saved conversations, most recently updated first."""
     from chatapp.commands.history import history_list

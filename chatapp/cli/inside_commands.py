@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from chatapp.cli.checks import some_text
 from chatapp.cli.options import CtxOpt, JsonOpt, ModelOpt, ThinkOpt, ThreadsOpt
 from chatapp.cli.typer_app import app
 from chatapp.commands.settings import load_options, read_config
@@ -16,7 +17,8 @@ from chatapp.errors import UsageError
 @app.command()
 def inside(
     prompt: Annotated[
-        str | None, typer.Argument(help="the prompt whose next token is looked at")
+        str | None,
+        typer.Argument(help="the prompt whose next token is looked at", callback=some_text),
     ] = None,
     model: ModelOpt = None,
     raw: Annotated[

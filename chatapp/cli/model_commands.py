@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from chatapp.cli.checks import some_text
 from chatapp.cli.options import (
     MODEL_HELP,
     CtxOpt,
@@ -16,10 +17,12 @@ from chatapp.cli.options import (
     NglOpt,
     RepackOpt,
     ThreadsOpt,
+    within,
 )
 from chatapp.cli.typer_app import app
 from chatapp.commands.settings import load_options, read_config, resolve_model
 from chatapp.errors import UsageError
+from chatapp.models.fit import WHAT_IF_MEMORY_GIB, WHAT_IF_PARAMS_B
 
 
 @app.command("inspect")
@@ -43,11 +46,19 @@ def fit(
     ngl: NglOpt = None,
     params: Annotated[
         float | None,
-        typer.Option("--params", help="what-if: a model of this many billion parameters"),
+        typer.Option(
+            "--params",
+            help="what-if: a model of this many billion parameters (0.01 to 2000)",
+            callback=within(*WHAT_IF_PARAMS_B, "billions"),
+        ),
     ] = None,
     memory: Annotated[
         float | None,
-        typer.Option("--memory", help="GiB to fit (default: free GPU memory, else free RAM)"),
+        typer.Option(
+            "--memory",
+            help="GiB to fit (default: free GPU memory, else free RAM; 0.01 to 100000)",
+            callback=within(*WHAT_IF_MEMORY_GIB, "GiB"),
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -95,7 +106,9 @@ def compare(
     files: Annotated[
         list[str], typer.Argument(help="GGUF files or names, e.g. quantizations of one model")
     ],
-    prompt: Annotated[str | None, typer.Option(help="prompt of the speed run")] = None,
+    prompt: Annotated[
+        str | None, typer.Option(help="prompt of the speed run", callback=some_text)
+    ] = None,
     tokens: Annotated[int, typer.Option(min=2, help="tokens generated greedily per file")] = 64,
     reference: Annotated[
         str | None, typer.Option(help="reference for quality (default: the largest file)")

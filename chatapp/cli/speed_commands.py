@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from chatapp.cli.bench_modes import choose_mode
 from chatapp.cli.options import (
     CtxOpt,
     DraftOpt,
@@ -18,23 +20,14 @@ from chatapp.cli.options import (
     ThreadsOpt,
 )
 from chatapp.cli.typer_app import app
+from chatapp.commands.bench_loads import check_load
+from chatapp.commands.reference_tools import check_tool
 from chatapp.commands.settings import draft_choice, load_options, read_config, resolve_model
 from chatapp.errors import UsageError
 
 DEFAULT_DEPTH = 256
-
-
-def _refuse_depth_with(mode: str | None, **options: object) -> None:
-    """--depth, --llama-bench and --llama-server belong to the engine's speed run; another
-    mode would ignore them."""
-    if mode is None:
-        return
-    given = ["--" + name.replace("_", "-") for name, v in options.items() if v]
-    if given:
-        raise UsageError(
-            f"{' and '.join(given)} measure the engine's own run; {mode} does not take "
-            f"{'them' if len(given) > 1 else 'it'}"
-        )
+TOKENS = 128
+REPS = 3
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -47,17 +40,24 @@ def _size(text: str) -> tuple[int, int]:
 @app.command()
 def bench(
     model: ModelOpt = None,
-    tokens: Annotated[int, typer.Option(min=8, help="tokens generated per run")] = 128,
+    tokens: Annotated[
+        int | None,
+        typer.Option(min=8, max=32768, help=f"tokens generated per run (default {TOKENS})"),
+    ] = None,
     prompt_tokens: Annotated[
         int | None,
         typer.Option(
             "--depth",
             "--prompt-tokens",
             min=8,
+            max=4194304,
             help=f"prompt tokens per run: decode runs after them (default {DEFAULT_DEPTH})",
         ),
     ] = None,
-    reps: Annotated[int, typer.Option(min=1, help="repetitions (alternating)")] = 3,
+    reps: Annotated[
+        int | None,
+        typer.Option(min=1, max=1000, help=f"repetitions, alternating (default {REPS})"),
+    ] = None,
     ctx: CtxOpt = None,
     threads: ThreadsOpt = None,
     ngl: NglOpt = None,
@@ -69,7 +69,8 @@ def bench(
         typer.Option(
             "--llama-server",
             help="path of llama.cpp's llama-server: streams the same reply with top-10 "
-            "log-probabilities (the peer doing the token loop's work); with --draft, its plain "
+            "log-probabilities (the peer doing the token loop's work); with --busy, one more arm "
+            "under each load (on its own thread count); with --draft, its plain "
             "decode and its n-gram modes on the same greedy chats (a fresh server for each "
             "n-gram reply: those modes remember earlier replies)",
         ),
@@ -79,10 +80,19 @@ def bench(
         bool,
         typer.Option(
             "--busy",
-            help="with programs of its own spinning on 1 (and N-1) of N cores: the engine vs "
+            help="with programs of its own (--load) on 1, N-1 and N of N cores: the engine vs "
             "llama-bench at each fixed thread count, and when the thread count switched",
         ),
     ] = False,
+    load: Annotated[
+        str | None,
+        typer.Option(
+            "--load",
+            help="with --busy, what those programs do: spin (a busy loop, the default), build "
+            "(a generated C file compiled in a loop with cc), memory (streaming through a "
+            "large buffer)",
+        ),
+    ] = None,
     ui: Annotated[bool, typer.Option("--ui", help="stream through the real TUI, headless")] = False,
     terminal: Annotated[
         bool,
@@ -91,8 +101,11 @@ def bench(
         ),
     ] = False,
     size: Annotated[
-        str, typer.Option("--size", help="with --terminal: the terminal's COLUMNSxROWS")
-    ] = "160x45",
+        str | None,
+        typer.Option(
+            "--size", help="with --terminal: the terminal's COLUMNSxROWS (default 160x45)"
+        ),
+    ] = None,
     flash_attn: FlashOpt = None,
     repack: RepackOpt = None,
     draft: DraftOpt = None,
@@ -112,20 +125,22 @@ def bench(
 ) -> None:
     """Decode and prefill speed of the engine vs llama-cpp-python (and llama-bench)."""
     kind, draft_model = draft_choice(draft or "off")
-    mode = (
-        "--estimate" if estimate
-        else "--alternatives" if alternatives > 1
-        else "--draft" if kind
-        else "--terminal" if terminal
-        else "--ui" if ui
-        else None
-    )  # fmt: skip
-    _refuse_depth_with(
-        mode,
-        depth=prompt_tokens,
-        llama_bench=llama_bench,
-        llama_server=llama_server if mode != "--draft" else None,  # --draft runs its modes
-    )
+    given = {
+        "--model": model, "--tokens": tokens, "--depth": prompt_tokens, "--reps": reps,
+        "--ctx": ctx, "--threads": threads, "--ngl": ngl, "--llama-bench": llama_bench,
+        "--llama-server": llama_server, "--json": as_json or None, "--load": load,
+        "--size": size, "--flash-attn": flash_attn, "--repack": repack,
+    }  # fmt: skip
+    modes = {
+        "--estimate": bool(estimate), "--alternatives": alternatives > 1, "--draft": bool(kind),
+        "--terminal": terminal, "--ui": ui, "--busy": busy,
+    }  # fmt: skip
+    mode = choose_mode(modes, {flag for flag, value in given.items() if value is not None})
+    screen = _size("160x45" if size is None else size)
+    check_tool("llama-bench", llama_bench)  # (before any model loads)
+    check_tool("llama-server", llama_server)
+    if busy:
+        check_load("spin" if load is None else load)
     options = load_options(
         model,
         ctx=ctx,
@@ -136,19 +151,37 @@ def bench(
         config=read_config(),
         draft_model=draft_model,
     )
-    if estimate:
+    asked, tokens, reps = tokens, tokens or TOKENS, reps or REPS
+    if mode == "--estimate":
         from chatapp.commands.estimate_bench import print_estimate_bench
 
-        files = [resolve_model(f) for f in estimate]
+        files = [resolve_model(f) for f in estimate or ()]
         raise typer.Exit(print_estimate_bench(files, options, reps, as_json))
-    if alternatives > 1:
+    if mode == "--alternatives":
         from chatapp.commands.batch_bench import print_batch_bench
 
         raise typer.Exit(print_batch_bench(options, alternatives, tokens, reps, as_json))
-    if kind:
+    if mode == "--draft":
         from chatapp.commands.draft_bench import print_draft_bench
 
-        raise typer.Exit(print_draft_bench(options, kind, reps, as_json, llama_server))
+        raise typer.Exit(
+            print_draft_bench(options, kind, reps, as_json, llama_server, tokens=asked)
+        )
+    if mode == "--terminal":
+        from chatapp.ui.bench.terminal_bench import print_terminal_bench
+
+        raise typer.Exit(print_terminal_bench(options, tokens, reps, as_json, screen))
+    if mode == "--ui":
+        from chatapp.ui.bench.headless_bench import run_ui_bench
+
+        raise typer.Exit(run_ui_bench(options, tokens, reps, as_json))
+    raise typer.Exit(
+        _speed(options, tokens, prompt_tokens, reps, llama_bench, llama_server, load, as_json, busy)
+    )
+
+
+def _speed(options, tokens, prompt_tokens, reps, llama_bench, llama_server, load, as_json, busy):
+    """The engine's own runs at a depth: beside a load (--busy), or against its peers."""
     depth = DEFAULT_DEPTH if prompt_tokens is None else prompt_tokens
     if depth + tokens > options.n_ctx:
         raise UsageError(
@@ -156,29 +189,43 @@ def bench(
             f"{options.n_ctx} tokens: give a larger --ctx (or n_ctx in config.toml)"
         )
     if busy:
-        from chatapp.commands.busy_bench import print_busy_bench
-
-        raise typer.Exit(print_busy_bench(options, tokens, depth, reps, llama_bench))
-    if terminal:
-        from chatapp.ui.bench.terminal_bench import print_terminal_bench
-
-        raise typer.Exit(print_terminal_bench(options, tokens, reps, as_json, _size(size)))
-    if ui:
-        from chatapp.ui.bench.headless_bench import run_ui_bench
-
-        raise typer.Exit(run_ui_bench(options, tokens, reps, as_json))
+        return _busy(options, tokens, depth, reps, llama_bench, llama_server, load, as_json)
     from chatapp.commands.bench import run_bench
 
-    raise typer.Exit(
-        run_bench(
-            options,
-            tokens=tokens,
-            prompt_tokens=depth,
-            reps=reps,
-            llama_bench=llama_bench,
-            as_json=as_json,
-            llama_server=llama_server,
+    return run_bench(
+        options,
+        tokens=tokens,
+        prompt_tokens=depth,
+        reps=reps,
+        llama_bench=llama_bench,
+        as_json=as_json,
+        llama_server=llama_server,
+    )
+
+
+def _busy(options, tokens, depth, reps, llama_bench, llama_server, load, as_json) -> int:
+    """--busy: the engine following the machine, so a thread count from config.toml (which
+    pins it) is left out here, with a note."""
+    from dataclasses import replace
+
+    from chatapp.commands.busy_bench import print_busy_bench
+
+    if options.n_threads is not None:
+        print(
+            f"note: config.toml's threads = {options.n_threads} pins the thread count; --busy "
+            "measures the engine choosing it, so it is left out here",
+            file=sys.stderr,
         )
+        options = replace(options, n_threads=None)
+    return print_busy_bench(
+        options,
+        tokens,
+        depth,
+        reps,
+        llama_bench,
+        llama_server,
+        "spin" if load is None else load,
+        as_json,
     )
 
 
@@ -189,10 +236,14 @@ def tune(
         int | None, typer.Option("--ctx", min=64, help="context size in tokens (default: config)")
     ] = None,
     ngl: NglOpt = None,
-    tokens: Annotated[int, typer.Option(min=4, help="tokens decoded at each depth")] = 32,
+    tokens: Annotated[
+        int, typer.Option(min=4, max=32768, help="tokens decoded at each depth")
+    ] = 32,
     depth: Annotated[
         list[int] | None,
-        typer.Option(help="depths to decode at (repeatable; default 0, 512, 2048)", min=0),
+        typer.Option(
+            help="depths to decode at (repeatable; default 0, 512, 2048)", min=0, max=4194304
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
 ) -> None:

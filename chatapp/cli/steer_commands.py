@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from chatapp.cli.checks import some_text
 from chatapp.cli.options import CtxOpt, JsonOpt, ModelOpt, ThreadsOpt
 from chatapp.cli.typer_app import app
 from chatapp.commands.settings import load_options, read_config, resolve_model
@@ -62,7 +63,7 @@ def list_vectors(model: ModelOpt = None, as_json: JsonOpt = False) -> None:
 @steer_app.command("meter")
 def meter(
     name: Annotated[str, typer.Argument(help="a kept vector's name, or a .gguf file")],
-    text: Annotated[str, typer.Argument(help="the text to measure")],
+    text: Annotated[str, typer.Argument(help="the text to measure", callback=some_text)],
     layer: Annotated[
         int | None, typer.Option(min=1, help="the layer shown per token (default: the middle)")
     ] = None,

@@ -28,6 +28,7 @@ from chatapp.engine.protocol import (
     LoadOptions,
     ModelInfo,
     Notice,
+    StopReason,
     Token,
 )
 from chatapp.engine.schema_grammar import load_grammar
@@ -44,7 +45,7 @@ from chatapp.stats_text import (
     tokens_text,
     ttft_text,
 )
-from chatapp.textsafe import for_stream
+from chatapp.textsafe import for_stream, one_line
 
 if TYPE_CHECKING:
     from chatapp.engine.local.process.local_engine import LocalEngine
@@ -154,9 +155,10 @@ def run_ask(
     if failed is not None:
         if not as_json and tokens:
             out.write("\n")
-        print(shown_err(f"error: {failed.message}"), file=sys.stderr)
+        print(shown_err(one_line(f"error: {failed.message}")), file=sys.stderr)
         return 1
     assert finished is not None
+    cut = cut_short(finished, grammar)
     st = finished.stats
     if as_json:
         split = session.last_split
@@ -217,7 +219,29 @@ def run_ask(
         out.write("\n")
         out.flush()
         print(stats_line(finished), file=sys.stderr)
+    if cut:
+        print(f"error: {cut}", file=sys.stderr)
+        return 1
     return 0
+
+
+CUT_REMEDY = {
+    StopReason.MAX_TOKENS: "raise --max-tokens",
+    StopReason.STOP_STRING: "leave out --stop",
+    StopReason.CONTEXT_FULL: "raise --ctx or shorten the prompt",
+}
+
+
+def cut_short(finished: Finished, grammar: Grammar | None) -> str:
+    """The sentence for a reply under a schema or grammar that stopped before its end (its
+    JSON is then incomplete), or ""."""
+    if grammar is None or finished.reason == StopReason.EOG:
+        return ""
+    remedy = CUT_REMEDY.get(finished.reason, "ask again")
+    return (
+        f"the reply stopped ({finished.reason}) before it was complete, so it does not "
+        f"follow {grammar.source}; {remedy}"
+    )
 
 
 def candidate_row(c: Candidate) -> dict:
@@ -254,6 +278,9 @@ def check_fits(engine: Engine, content: str, settings: SamplerSettings) -> None:
 
 def grammar_option(json_schema: str | None, gbnf: str | None) -> Grammar | None:
     """The grammar `--json-schema FILE` or `--grammar FILE.gbnf` asks for (one of them)."""
+    for flag, value in (("--json-schema", json_schema), ("--grammar", gbnf)):
+        if value is not None and not value.strip():
+            raise UsageError(f"{flag} is empty: give a file, or leave the option out")
     if json_schema and gbnf:
         raise UsageError("give --json-schema or --grammar, not both")
     if json_schema:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing as mp
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import asdict, replace
@@ -15,6 +13,8 @@ from typing import TYPE_CHECKING, cast
 
 from chatapp import paths
 from chatapp.commands.bench_run import Run
+from chatapp.commands.llama_bench_tool import LLAMA_BENCH_VARIANTS, llama_bench_run
+from chatapp.commands.reference_tools import check_tool
 from chatapp.cpu_load import OtherPrograms, disturbed
 from chatapp.engine.local.load import huge_pages
 from chatapp.engine.protocol import Finished, GenerateRequest, LoadOptions
@@ -53,6 +53,7 @@ def engine_run(engine, prompt: tuple[int, ...], n: int) -> Run:
         prompt_ids=prompt,
         ignore_eos=True,
         top_n=10,
+        fresh_cache=True,  # the whole prompt each run, as llama-bench's pp
     )
     end = None
     for event in engine.generate(req):
@@ -140,67 +141,6 @@ def _lcp_run(prompt: tuple[int, ...], n: int) -> Run:
     return Run(len(prompt) / (times[0] - t0), decode, len(times))
 
 
-# ---- llama.cpp's llama-bench -----------------------------------------------------------
-
-
-def llama_bench_run(
-    exe: Path,
-    options: LoadOptions,
-    n_prompt: int,
-    n_gen: int,
-    variant: str = "fa0",
-    in_memory: bool = False,
-) -> Run:
-    """pp at depth 0, and tg after n_prompt tokens (-d), as the engine's runs are.
-
-    variant "fa0" / "fa1": flash attention off / on with the engine's threads and repack;
-    "engine": as the engine runs, with its flash attention, its transparent huge pages
-    (engine/local/load/huge_pages.py: not a llama-bench flag, set for the process as the engine
-    sets them) and, `in_memory`, the weights read into memory (-lm none) as the engine read
-    them; "default": llama-bench's own defaults (flash attention auto, its thread count,
-    repack on), i.e. what llama.cpp does when nobody chooses."""
-    ngl = str(options.n_gpu_layers if options.n_gpu_layers >= 0 else 99)
-    common = [
-        str(exe), "-m", options.model_path, "-ngl", ngl,
-        "-b", str(options.n_batch), "-ub", str(options.n_batch), "-r", "1", "-o", "json",
-    ]  # fmt: skip
-    pages = variant == "engine" and bool(options.huge_pages)
-    if variant == "engine":
-        variant = "fa1" if options.flash_attn else "fa0"
-        if in_memory:
-            common += ["-lm", "none"]
-    if variant != "default":
-        common += ["-t", str(options.threads), "-fa", variant[-1]]
-        common += ["--repack", "0" if options.repack is False else "1"]
-
-    def avg_ts(*args: str) -> float:
-        cmd = [*common, *args]
-        with huge_pages.for_children(pages):
-            out = subprocess.run(
-                cmd, capture_output=True, text=True, check=True, timeout=600
-            ).stdout
-        return float(json.loads(out[out.index("[") :])[0]["avg_ts"])
-
-    try:
-        pp = avg_ts("-p", str(n_prompt), "-n", "0")
-        tg = avg_ts("-p", "0", "-n", str(n_gen), "-d", str(n_prompt))
-    except subprocess.CalledProcessError as exc:
-        if exc.returncode >= 0:
-            raise
-        # llama.cpp's own configuration can crash where chatapp's fallback does not (its AMX
-        # path on some CPUs): a result of the benchmark, not a failure of it.
-        return Run(0.0, 0.0, n_gen, crashed=signal.Signals(-exc.returncode).name)
-    return Run(pp, tg, n_gen)
-
-
-LLAMA_BENCH_VARIANTS = {
-    "llama-bench fa0": "fa0",
-    "llama-bench fa1": "fa1",
-    "llama-bench as engine": "engine",
-    "llama.cpp default": "default",
-}
-
-
 def best_of(*sides: list[Run]) -> list[Run]:
     """The runs of the best configuration: for decode the side with the highest median decode,
     for prefill likewise (each may be a different configuration). Not the faster side per
@@ -246,10 +186,8 @@ def run_bench(
 ) -> int:
     from chatapp.engine.local.process.local_engine import LocalEngine
 
-    for name, exe in (("llama-bench", llama_bench), ("llama-server", llama_server)):
-        if exe is not None and not Path(exe).is_file():
-            print(f"error: {name} not found at {exe}", file=sys.stderr)
-            return 1
+    check_tool("llama-bench", llama_bench)
+    check_tool("llama-server", llama_server)
     asked = tokens
     if llama_bench is not None:
         tokens = aligned_tokens(prompt_tokens, tokens, options.n_ctx)

@@ -7,6 +7,7 @@ import sys
 from chatapp import paths
 from chatapp.config import load_config, state_file, to_toml
 from chatapp.history.store import default_db_path
+from chatapp.textsafe import for_stream, one_line
 
 
 def config_path() -> int:
@@ -27,5 +28,5 @@ def config_show() -> int:
     print(f"# history: {default_db_path()}; remembered UI choices: {state_file()}")
     print(to_toml(config), end="")
     for problem in problems:
-        print(f"warning: {problem}", file=sys.stderr)
+        print(for_stream(sys.stderr)(one_line(f"warning: {problem}")), file=sys.stderr)
     return 1 if problems else 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,18 +57,28 @@ def _server_reply(server, prompt: str, tokens: int) -> ServerRun:
     """One greedy completion of the chat's rendered prompt by llama-server, its own timings."""
     import httpx
 
-    from chatapp.jsonfile import parse
+    from chatapp.commands.reference_tools import ToolError, log_last_line
+    from chatapp.jsonfile import JsonFileError, parse
 
     body = {
         "prompt": prompt, "n_predict": tokens, "temperature": 0.0, "repeat_penalty": 1.0,
         "cache_prompt": False, "stream": False,
     }  # fmt: skip
-    r = httpx.post(f"{server.url}/completion", json=body, timeout=600)
-    r.raise_for_status()
-    data = parse(r.text, where="llama-server's reply")
+    try:
+        r = httpx.post(f"{server.url}/completion", json=body, timeout=600)
+        r.raise_for_status()
+        data = parse(r.text, where="llama-server's reply")
+    except (httpx.HTTPError, JsonFileError) as exc:
+        raise ToolError(
+            f"llama-server's /completion failed ({exc}); the last line it printed: "
+            f"{log_last_line(server.log_path)}"
+        ) from exc
     t = data.get("timings") if isinstance(data, dict) else None
     if not isinstance(t, dict) or not t.get("predicted_per_second"):
-        raise RuntimeError("llama-server sent no timings")
+        raise ToolError(
+            "llama-server sent no timings with its reply; the last line it printed: "
+            f"{log_last_line(server.log_path)}"
+        )
     return ServerRun(
         float(t["predicted_per_second"]),
         str(data.get("content", "")),
@@ -79,10 +89,7 @@ def _server_reply(server, prompt: str, tokens: int) -> ServerRun:
 
 def _warm(server, prompt: str) -> None:
     """One token of the prompt, untimed: the weights paged in, the compute graph made."""
-    import httpx
-
-    body = {"prompt": prompt, "n_predict": 1, "temperature": 0.0, "cache_prompt": False}
-    httpx.post(f"{server.url}/completion", json=body, timeout=600).raise_for_status()
+    _server_reply(server, prompt, 1)
 
 
 def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
@@ -245,9 +252,16 @@ def _same_text(engine, side: Side, text: str) -> bool:
 
 
 def print_draft_bench(
-    options: LoadOptions, draft: str, reps: int, as_json: bool, llama_server: Path | None = None
+    options: LoadOptions,
+    draft: str,
+    reps: int,
+    as_json: bool,
+    llama_server: Path | None = None,
+    tokens: int | None = None,
 ) -> int:
-    report = run_draft_bench(options, draft, reps, llama_server=llama_server)
+    """`tokens`: each task's reply at most this long (None: each task's own length)."""
+    tasks = HELD_OUT if tokens is None else tuple(replace(t, tokens=tokens) for t in HELD_OUT)
+    report = run_draft_bench(options, draft, reps, tasks, llama_server=llama_server)
     if as_json:
         print(json.dumps(report, indent=2))
         return 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -204,7 +203,9 @@ SURPRISE_COLOURS = ((0.5, "32"), (0.1, "33"), (0.01, "38;5;208"), (0.0, "31"))
 
 def run_surprise(path: str, options: LoadOptions, *, as_json: bool) -> int:
     """Score a text file and show each token by the probability the model gave it."""
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    from chatapp.models.perplexity import read_text
+
+    text = read_text(path)  # (one sentence for a file that cannot be read, before the load)
     engine = started_local(options)
     try:
         pieces = engine.tokenize(text, special=False)

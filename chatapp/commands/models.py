@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -57,13 +58,13 @@ def fit_cmd(
     """
     if ctx < 1:
         raise EngineError(f"the context size must be at least 1 token, got {ctx}")
-    if memory_gb is not None and memory_gb <= 0:
+    if memory_gb is not None and not 0 < memory_gb < math.inf:  # (nan: false)
         raise EngineError(f"--memory must be a positive number of GiB, got {memory_gb:g}")
     gpu, ram = fit.free_memory()
     out: dict = {}
     text = []
     if params_b is not None:
-        if params_b <= 0:
+        if not 0 < params_b < math.inf:
             raise EngineError(f"--params must be a positive number of billions, got {params_b:g}")
         memory = int(memory_gb * fit.GIB) if memory_gb is not None else (gpu or ram or 0)
         if not memory:
@@ -141,7 +142,7 @@ def compare_cmd(
     `options` gives the GPU layers, threads, flash attention and repack of every run (the model
     path and context size are compare's own)."""
     from chatapp.models import compare, compare_format
-    from chatapp.progress import ProgressBar
+    from chatapp.progress import bars
 
     if fmt not in COMPARE_FORMATS:
         raise EngineError(f"unknown format '{fmt}'; choose one of {', '.join(COMPARE_FORMATS)}")
@@ -149,17 +150,18 @@ def compare_cmd(
         raise EngineError("compare needs at least two GGUF files")
     if tokens < 2:
         raise EngineError(f"--tokens must be at least 2, got {tokens}")
-    result = compare.compare(
-        files,
-        prompt=prompt or compare.DEFAULT_PROMPT,
-        tokens=tokens,
-        reference=reference,
-        options=options,
-        progress=lambda msg: print(msg, file=sys.stderr, flush=True),
-        text_file=text,
-        text_ctx=text_ctx,
-        text_progress=ProgressBar,
-    )
+    with bars("tokens") as bar:
+        result = compare.compare(
+            files,
+            prompt=prompt or compare.DEFAULT_PROMPT,
+            tokens=tokens,
+            reference=reference,
+            options=options,
+            progress=lambda msg: print(msg, file=sys.stderr, flush=True),
+            text_file=text,
+            text_ctx=text_ctx,
+            text_progress=bar,
+        )
     render = {
         "table": compare_format.format_table,
         "json": compare_format.to_json,

@@ -12,7 +12,7 @@ from chatapp.models.hub import picker
 from chatapp.models.hub.pull import pull
 from chatapp.models.hub.repo_files import list_repo
 from chatapp.models.specs import parse_spec
-from chatapp.progress import ProgressBar
+from chatapp.progress import bars
 from chatapp.textsafe import for_stream
 
 
@@ -41,12 +41,8 @@ def pull_cmd(specs: list[str], as_json: bool = False, update: bool = False) -> i
     done = []
     for spec in parsed:
         try:
-            got = pull(
-                spec,
-                update=update,
-                progress=lambda name: ProgressBar(name, unit="bytes"),
-                say=_say,
-            )
+            with bars("bytes") as bar:
+                got = pull(spec, update=update, progress=bar, say=_say)
         except KeyboardInterrupt:
             _say(
                 f"\n{spec.text}: stopped; what was downloaded stays: run the same command to resume"

@@ -10,10 +10,12 @@ import time
 from pathlib import Path
 
 from chatapp.commands.bench_run import Run
+from chatapp.commands.reference_tools import ToolError, log_last_line
 from chatapp.engine.protocol import LoadOptions
 from chatapp.sampling import SamplerSettings
 
 TOP_N = 10  # candidates per token, as the engine reports them
+NAME = "llama-server"
 
 
 def _free_port() -> int:
@@ -43,29 +45,50 @@ class LlamaServer:
         return f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> LlamaServer:
+        log = open(self.log_path, "wb")  # noqa: SIM115 (the server writes it until it stops)
+        try:
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT)
+        except OSError as exc:  # (not executable, a bad interpreter line, ...)
+            log.close()
+            raise ToolError(f"{NAME} could not be started ({exc.strerror or exc})") from exc
+        try:
+            self._wait_healthy()
+        except BaseException:  # (Ctrl-C too: __exit__ does not run when __enter__ raises)
+            self.__exit__()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
         import httpx
 
-        log = open(self.log_path, "wb")  # noqa: SIM115 (the server writes it until it stops)
-        self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT)
+        assert self.proc is not None
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited ({self.proc.returncode}): see {log.name}")
+                said = log_last_line(self.log_path)
+                raise ToolError(
+                    f"{NAME} exited with code {self.proc.returncode} before it answered; "
+                    f"the last line it printed: {said} (all of it: {self.log_path})"
+                )
             try:
                 if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return self
+                    return
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        raise RuntimeError("llama-server did not answer /health within 300 s")
+        raise ToolError(
+            f"{NAME} did not answer /health within 300 s; the last line it printed: "
+            f"{log_last_line(self.log_path)}"
+        )
 
     def __exit__(self, *exc) -> None:
-        if self.proc is not None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
 
     def run(self, prompt: tuple[int, ...], n: int, settings: SamplerSettings):
         """One streamed completion of exactly n tokens after `prompt` (token ids, no cache
@@ -78,6 +101,24 @@ class LlamaServer:
             "top_k": settings.top_k, "top_p": settings.top_p, "min_p": settings.min_p,
             "repeat_penalty": settings.repeat_penalty, "seed": settings.seed,
         }  # fmt: skip
+        try:
+            timings, tokens = self._stream(body)
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            raise ToolError(
+                f"{NAME}'s /completion failed ({type(exc).__name__}: {exc}); the last line it "
+                f"printed: {log_last_line(self.log_path)}"
+            ) from exc
+        if not isinstance(timings, dict) or not timings.get("predicted_per_second"):
+            raise ToolError(
+                f"{NAME} sent no timings with its reply; the last line it printed: "
+                f"{log_last_line(self.log_path)}"
+            )
+        return Run(timings.get("prompt_per_second") or 0.0, timings["predicted_per_second"], tokens)
+
+    def _stream(self, body: dict) -> tuple[object, int]:
+        """The streamed completion's timings (its last event's) and its tokens."""
+        import httpx
+
         timings = None
         tokens = 0
         with httpx.stream("POST", f"{self.url}/completion", json=body, timeout=600) as r:
@@ -91,6 +132,4 @@ class LlamaServer:
                 )
                 if data.get("stop"):
                     timings = data.get("timings")
-        if not timings:
-            raise RuntimeError("llama-server sent no timings")
-        return Run(timings["prompt_per_second"], timings["predicted_per_second"], tokens)
+        return timings, tokens

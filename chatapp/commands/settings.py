@@ -13,11 +13,17 @@ from chatapp.sampling import SamplerSettings
 
 def resolve_model(model: str | Path | None) -> str:
     """The model file to use: a path as given, a name (USER/REPO[:QUANT], ollama:NAME[:TAG])
-    found on disk or pulled, else the bundled default. The one place commands resolve a model."""
-    if model is None or str(model) == "":
+    found on disk or pulled, else (None) the bundled default; a blank one is refused. The one
+    place commands resolve a model."""
+    if model is None:
         from chatapp.models.bundled import default_model
 
         return str(default_model())
+    if not str(model).strip():  # (`-m "$MODEL"` with MODEL unset: never the bundled one)
+        raise UsageError(
+            "the model is empty: give a GGUF file or a name (USER/REPO[:QUANT], "
+            "ollama:NAME[:TAG]), or leave the option out for the default"
+        )
     from chatapp.models.resolve import resolve_spec
 
     return str(resolve_spec(str(model)))
@@ -86,11 +92,24 @@ def sampler_settings(config=None, **given: object) -> SamplerSettings:
 def read_config():
     """config.toml as a Config; each problem is one warning line on stderr."""
     from chatapp.config import load_config
+    from chatapp.textsafe import for_stream, one_line
 
     config, problems = load_config()
     for problem in problems:
-        print(f"warning: {problem}", file=sys.stderr)
+        print(for_stream(sys.stderr)(one_line(f"warning: {problem}")), file=sys.stderr)
     return config
+
+
+def checked_url(server: str) -> str:
+    """--server's address as given, once it is one (config.url_problem; no scheme: http://,
+    as the client reads it)."""
+    from chatapp.config import url_problem
+
+    url = server.strip()
+    problem = url_problem(url if "://" in url else f"http://{url}")
+    if problem:
+        raise UsageError(f"--server {server!r} {problem}")
+    return server
 
 
 def _looks_like_url(text: str) -> bool:
@@ -115,7 +134,7 @@ def resolve_server(
         }
         return named.url, remote
     if _looks_like_url(server):
-        return server, remote
+        return checked_url(server), remote
     names = ", ".join(sorted(config.servers))
     known = (
         f"configured servers: {names}"

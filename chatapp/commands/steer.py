@@ -10,11 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from chatapp.commands.ask import started_engine, started_local
+from chatapp.commands.ask import started_engine, started_local, started_steering
 from chatapp.engine import control_vector, steer_library
 from chatapp.engine.protocol import LoadOptions
-from chatapp.engine.steering import Meter, SteeringError
-from chatapp.textsafe import printable, token_display
+from chatapp.engine.steer_checks import check_name
+from chatapp.engine.steering import Meter, Steering, SteeringError
+from chatapp.textsafe import one_line, printable, token_display
 
 
 def run_make(
@@ -67,7 +68,7 @@ def run_make(
 
 
 def _pair(name: str, positive: Path | None, negative: Path | None) -> steer_library.Pair:
-    steer_library.check_name(name)
+    check_name(name)
     if positive is not None and negative is not None:
         return steer_library.pair_from_files(name, positive, negative)
     if positive is not None or negative is not None:
@@ -81,8 +82,37 @@ def _pair(name: str, positive: Path | None, negative: Path | None) -> steer_libr
     return pair
 
 
+def chat_steering(
+    options: LoadOptions, steer: tuple[list[tuple[str, float]], tuple[int, int]]
+) -> Steering:
+    """The Steering of `chat --steer`, checked before the app opens. A built-in pair not made
+    for the model yet is made now, as `ask --steer` makes it, by a model loaded for that alone
+    (the chat's own loads later, in the app); the note goes to stderr."""
+    specs, layers = steer
+    path = options.model_path
+    if all(steer_library.find(path, n) or not steer_library.builtin_pair(n) for n, _ in specs):
+        return steer_library.steering_for(specs, path, layers)
+    print("note: making the built-in vectors not made for this model yet…", file=sys.stderr)
+    engine = started_engine(options)
+    try:
+        return started_steering(engine, path, steer)
+    finally:
+        engine.close()
+
+
 def run_list(model_path: str, as_json: bool) -> int:
     """The vectors kept for this model, then the built-in pairs not made for it yet."""
+    try:
+        is_file = Path(model_path).is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL in it
+        is_file = False
+    if not is_file:
+        print(
+            f"error: {one_line(model_path)[:120]!r} is not a model file here: give a GGUF "
+            "file, or a name `chatapp models` lists",
+            file=sys.stderr,
+        )
+        return 2
     kept = steer_library.saved(model_path)
     made = {v.name for v in kept}
     todo = [n for n in steer_library.builtin_names() if n not in made]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from chatapp import machine
+from chatapp import cpus, machine
 from chatapp.engine.local.load import tune_measurements
 from chatapp.engine.protocol import LoadOptions
 
@@ -83,8 +83,8 @@ def format_table(options, results, winner, depths, buffers) -> str:
     head = f"{'':<34}" + "".join(f"{'decode @' + str(d):>13}" for d in depths)
     lines = [
         f"{options.model_path}",
-        f"{machine.cpu_name()}, {machine.physical_cores()} cores / "
-        f"{__import__('os').cpu_count()} CPUs; extra CPU buffers: {', '.join(buffers) or 'none'}",
+        f"{machine.cpu_name()}, {cpus.usable_cores()} cores / {cpus.usable_cpus()} CPUs "
+        f"usable; extra CPU buffers: {', '.join(buffers) or 'none'}",
         head + f"{'prefill':>11}",
     ]
     for r in results:

@@ -3,10 +3,12 @@
 The format (llama-cvector-generator, repeng and `chatapp steer make` write it): architecture
 `controlvector`, the keys `controlvector.model_hint` (the model's architecture) and
 `controlvector.layer_count`, and one float32 tensor `direction.N` of the model's width per layer
-N >= 1. llama.cpp adds direction.N, times the strength, to the residual stream after layer N
-(blocks counted from 0: after the N+1-th block); like llama-cvector-generator and repeng,
-`steer make` measures direction.N on the stream that comes out of the block before (block N-1),
-so a file made here and one made by either tool mean the same at each N.
+N >= 1 (a file may hold one layer twice, e.g. direction.1 and direction.01: llama.cpp's loader
+adds them, and so does chatapp). llama.cpp adds direction.N, times the strength, to the
+residual stream after layer N (blocks counted from 0: after the N+1-th block), for N from 1 to
+n_layers-1 (steer_checks); like llama-cvector-generator and repeng, `steer make` measures
+direction.N on the stream that comes out of the block before (block N-1), so a file made here
+and one made by either tool mean the same at each N.
 """
 
 from __future__ import annotations
@@ -23,18 +25,21 @@ from chatapp.engine.steering import SteeringError
 from chatapp.errors import ModelFileError
 
 ARCHITECTURE = "controlvector"
-_DIRECTION = re.compile(r"^direction\.(\d+)$")
+_DIRECTION = re.compile(r"direction\.([0-9]+)")  # ASCII digits, as std::stoi reads
 GGML_F32 = 0
-MAX_DIRECTIONS = 4096
 MAX_WIDTH = 1 << 16
 
 
 @dataclass(frozen=True, eq=False)
 class ControlVector:
-    """One direction (float32, n_embd) per layer N >= 1, and the architecture it was made on."""
+    """One direction (float32, n_embd) per layer N >= 1, and the architecture it was made on.
+    `terms`: the file's tensors in its order, where it holds a layer more than once
+    (directions holds their sum; combined() adds each times the strength, as llama.cpp does);
+    empty: one tensor per layer, `directions`."""
 
     directions: dict[int, np.ndarray]
     model_hint: str = ""
+    terms: tuple[tuple[int, np.ndarray], ...] = ()
 
     @property
     def n_embd(self) -> int:
@@ -64,32 +69,44 @@ def read(path: str | Path) -> ControlVector:
         raise SteeringError(
             f"{exc}; a control vector is a GGUF file of direction.N tensors"
         ) from exc
-    found: dict[int, np.ndarray] = {}
-    width = 0
-    for t in header.tensors:
-        match = _DIRECTION.match(t.name)
-        if match is None or int(match.group(1)) == 0:
-            raise SteeringError(
-                f"{name} is not a control vector: it holds the tensor '{t.name}', where a "
-                "control vector holds only direction.1, direction.2, ..."
-            )
-        if t.type_id != GGML_F32 or len(t.shape) != 1:
-            raise SteeringError(
-                f"{name} is not a usable control vector: {t.name} must be one row of float32, "
-                f"it is {t.type_name} of shape {list(t.shape)}"
-            )
-        width = width or t.shape[0]
-        if t.shape[0] != width or width > MAX_WIDTH or int(match.group(1)) > MAX_DIRECTIONS:
-            raise SteeringError(
-                f"{name} is not a usable control vector: its directions are not all one width"
-            )
-        found[int(match.group(1))] = np.fromfile(name, dtype="<f4", count=width, offset=t.offset)
-    if not found:
+    terms = [_term(name, t, header.tensors[0]) for t in header.tensors]
+    if not terms:
         raise SteeringError(f"{name} holds no direction.N tensors: it is not a control vector")
-    if not all(np.isfinite(d).all() for d in found.values()):
+    if not all(np.isfinite(d).all() for _, d in terms):
         raise SteeringError(f"{name} is not a usable control vector: it holds NaN or infinity")
+    found: dict[int, np.ndarray] = {}
+    for layer, d in terms:  # a layer held twice: the sum, as llama.cpp's loader makes it
+        found[layer] = found[layer] + d if layer in found else d
+    repeated = tuple(terms) if len(found) < len(terms) else ()
     hint = header.metadata.get(f"{ARCHITECTURE}.model_hint", "")
-    return ControlVector(found, hint if isinstance(hint, str) else "")
+    return ControlVector(found, hint if isinstance(hint, str) else "", repeated)
+
+
+def _term(name: str, t, first) -> tuple[int, np.ndarray]:
+    """(layer, direction) of one tensor of a control-vector file; SteeringError otherwise."""
+    match = _DIRECTION.fullmatch(t.name)
+    if match is None or int(match.group(1)) == 0:
+        raise SteeringError(
+            f"{name} is not a control vector: it holds the tensor '{t.name}', where a "
+            "control vector holds only direction.1, direction.2, ..."
+        )
+    if t.type_id != GGML_F32 or len(t.shape) != 1:
+        raise SteeringError(
+            f"{name} is not a usable control vector: {t.name} must be one row of float32, "
+            f"it is {t.type_name} of shape {list(t.shape)}"
+        )
+    width = first.shape[0]
+    if t.shape[0] != width:
+        raise SteeringError(
+            f"{name} is not a usable control vector: its directions are not all one width "
+            f"({first.name} is {width} wide, {t.name} {t.shape[0]})"
+        )
+    if width > MAX_WIDTH:
+        raise SteeringError(
+            f"{name} is not a usable control vector: its directions are {width} wide, wider "
+            f"than any model's residual stream (up to {MAX_WIDTH})"
+        )
+    return int(match.group(1)), np.fromfile(name, dtype="<f4", count=width, offset=t.offset)
 
 
 def write(path: str | Path, vector: ControlVector, *, replace: bool = True) -> None:
@@ -141,14 +158,17 @@ def _link_new(tmp: Path, target: Path) -> None:
 def combined(vectors: list[tuple[ControlVector, float]], n_layers: int) -> np.ndarray:
     """The buffer llama_set_adapter_cvec takes: n_embd floats per layer 1..n_layers-1, each
     file's direction times its strength, summed over files - in float32, in the order
-    llama.cpp's own loader (common_control_vector_load) adds them, so the sums are the same."""
+    llama.cpp's own loader (common_control_vector_load) adds them, so the sums are the same:
+    each file's tensors in its order (a layer held twice: both), then the files' sums."""
     n_embd = vectors[0][0].n_embd
     total = np.zeros((max(n_layers - 1, 1), n_embd), dtype=np.float32)
     for vector, strength in vectors:
         scale = np.float32(strength)
-        for layer, direction in vector.directions.items():
+        own = np.zeros_like(total)
+        for layer, direction in vector.terms or vector.directions.items():
             if layer < n_layers:
-                total[layer - 1] += direction.astype(np.float32) * scale
+                own[layer - 1] += direction.astype(np.float32) * scale
+        total += own
     return total.reshape(-1)
 
 

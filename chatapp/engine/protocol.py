@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from chatapp.cpus import usable_cpus
 from chatapp.engine.candidate_rows import Candidate as Candidate
 from chatapp.engine.engine_errors import EngineCrashed as EngineCrashed
 from chatapp.engine.engine_errors import EngineError as EngineError
@@ -57,7 +57,7 @@ class LoadOptions:
     model_path: str
     n_ctx: int = 4096
     n_gpu_layers: int = ALL_GPU_LAYERS
-    n_threads: int | None = None  # None = as `chatapp tune` found best here, else all cores
+    n_threads: int | None = None  # None = as `chatapp tune` found best here, else all usable CPUs
     n_batch: int = 512
     flash_attn: bool | None = None
     """None = choose: the tuned value, else off on the CPU (decode is faster without it
@@ -76,7 +76,7 @@ class LoadOptions:
     adapt_threads: bool = True
     """Follow the machine while decoding: fewer threads while another program takes a core,
     back when it frees (engine/local/load/thread_governor.py). --threads N pins the count."""
-    exact_batches: bool = True
+    exact_batches: bool = False
     """On the CPU, run attention so that a batch's rows are bit for bit what one-token decodes
     give (flash attention over a Q8_0 V cache; llama_open.exact_attention): drafted replies
     are then the replies decoded without drafts, at any thread count. Not where flash
@@ -84,7 +84,7 @@ class LoadOptions:
 
     @property
     def threads(self) -> int:
-        return self.n_threads or os.cpu_count() or 1
+        return self.n_threads or usable_cpus()
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ class GenerateRequest:
     reply_prefix_ids: tuple[int, ...] = ()  # continue / rewind: the reply starts with these
     top_n: int = 10  # candidates reported per token (0 = none)
     ignore_eos: bool = False  # benchmarks: generate exactly max_tokens
+    fresh_cache: bool = False  # benchmarks: evaluate the whole prompt (nothing kept in the cache)
     raw_prompt: str | None = None  # skip the chat template (completion mode)
     prompt_ids: tuple[int, ...] | None = None  # exact prompt tokens (benchmarks); no template
     enable_thinking: bool | None = None  # the template's switch for reasoning (None: its own)

@@ -1,90 +1,64 @@
 """A JSON schema checked before conversion: every malformed part is refused naming its place.
 
 The walk returns a clean copy of the schema (boolean schemas `true` made `{}`) with each
-schema node's place (`properties.age`) and every `$ref` resolved to the node it names, so the
-converter only ever sees what it can turn into a grammar that replies validate against.
+schema node's place (`/properties/age`), the types each node is held to, and every `$ref`
+resolved to the node it names, so the converter only ever sees what it can turn into a
+grammar that replies validate against (schema_shape.py: the keywords of a node together).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from collections.abc import Callable
 
-from chatapp.engine.protocol import EngineError
-from chatapp.textsafe import printable
+from chatapp.engine import schema_finite, schema_shape
+from chatapp.engine.schema_regex import PatternError, pattern_gbnf
+from chatapp.engine.schema_shape import ANNOTATIONS, COUNTS, INT_BOUNDS
+from chatapp.engine.schema_words import GrammarError, fail, place, shown, text
 
+__all__ = ["GrammarError", "SchemaCheck", "place"]
 
-class GrammarError(EngineError):
-    """A schema or grammar file that cannot be used; str() is one sentence naming the part."""
-
-
-# Keywords that only describe (no effect on what is valid).
-ANNOTATIONS = {"title", "description", "$schema", "$id", "$comment", "default", "examples"}
-INT_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-COUNTS = ("minItems", "maxItems", "minLength", "maxLength")
 SCHEMA_MAPS = ("properties", "$defs", "definitions")
-SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+SCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
 OTHER = {"type", "required", "additionalProperties", "items", "enum", "const", "$ref"}
 OTHER |= {"pattern", "format"}
 KNOWN = ANNOTATIONS | set(INT_BOUNDS) | set(COUNTS) | set(SCHEMA_MAPS) | set(SCHEMA_LISTS)
 KNOWN |= OTHER
+REFUSED = {  # keywords people use that no grammar here holds, and why
+    "allOf": "a grammar cannot hold a reply to several schemas at once; write its parts "
+    "into one schema",
+    "uniqueItems": "a grammar cannot compare items with each other",
+    "multipleOf": "a grammar holds only bounds on integers",
+    "not": "a grammar cannot leave out what a schema matches",
+}
 TYPES = ("string", "number", "integer", "boolean", "null", "object", "array")
-FORMATS = {"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"}
+FORMATS = {"date", "time", "date-time", "uuid"}
 MAX_DEPTH = 32  # schemas nest a few levels; the converter recurses once per level
 MAX_REPEAT = 500  # items or characters counted out one grammar term each (and a frame each)
 MAX_BOUND = 2**64  # integer bounds within +-this (uint64 and int64 limits fit)
-_SIMPLE = re.compile(r"[A-Za-z0-9_$-]{1,40}")
-_QUANTIFIER = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
-
-
-def place(path: tuple[str, ...]) -> str:
-    """A path as the sentences name it: `properties.age.maximum` (odd names quoted)."""
-    if not path:
-        return "the top of the schema"
-    parts = []
-    for part in path:
-        if _SIMPLE.fullmatch(part):
-            parts.append(part)
-        else:
-            shown = part if len(part) <= 40 else part[:40] + "…"
-            parts.append(printable(json.dumps(shown, ensure_ascii=False)))
-    return ".".join(parts)
-
-
-def shown(value) -> str:
-    """A JSON value in a sentence: short, one line, printable (containers by their kind)."""
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, str):
-        value = value if len(value) <= 40 else value[:40] + "…"
-        return printable(json.dumps(value, ensure_ascii=False))
-    if value is None or isinstance(value, bool):
-        return json.dumps(value)
-    return printable(str(value))[:40]
-
-
-def _fail(path: tuple[str, ...], what: str) -> GrammarError:
-    return GrammarError(f"{place(path)} {what}")
+_fail = fail
 
 
 class SchemaCheck:
     """One walk over a schema: `clean` is the copy to convert, `places` each node's path (by
-    id), `refs` each `$ref` string to the clean node it names."""
+    id), `types` the types each node is held to (by id; [] where any value goes), `refs` each
+    `$ref` string to the clean node it names."""
 
     def __init__(self, schema: dict) -> None:
         self.places: dict[int, tuple[str, ...]] = {}
+        self.types: dict[int, list[str]] = {}
         self.refs: dict[str, dict] = {}
         self._pending: list[tuple[tuple[str, ...], str]] = []
+        self._one_of: list[tuple[tuple[str, ...], dict]] = []
+        self.nodes: list[tuple[tuple[str, ...], dict]] = []  # each clean node, inner ones first
         self._depth = 0  # schema nodes around the one being checked
         self.clean = self.node(schema, ())
         for path, ref in self._pending:
             self.resolve(path, ref)
-        for path, ref in self._pending:
-            self.no_loop(path, ref)
+        schema_finite.check_loops(self.nodes, self.refs)
+        schema_finite.check_finite(self.nodes, self.refs, self.types)
+        for path, node in self._one_of:
+            schema_shape.check_one_of(node, path, self.refs)
 
     def where(self, node) -> str:
         """The place of a node of the clean copy (what the converter was visiting)."""
@@ -111,14 +85,19 @@ class SchemaCheck:
             self._depth -= 1
         self.check_required(out, path)
         self.check_counts(out, path)
+        self.types[id(out)] = schema_shape.shape(out, path)
+        if "oneOf" in out:
+            self._one_of.append((path, out))
         self.places[id(out)] = path
+        self.nodes.append((path, out))
         return out
 
     def keyword(self, node: dict, key: str, value, path: tuple[str, ...]):
         """The clean value of one keyword of a node."""
         if not isinstance(key, str) or key not in KNOWN:
-            at = place(path) if len(path) > 1 else place(())
-            raise GrammarError(f"the keyword {shown(key)} at {at} is not supported")
+            at = place(path) if isinstance(key, str) else place(path[:-1])
+            why = f": {REFUSED[key]}" if key in REFUSED else ""
+            raise GrammarError(f"the keyword {shown(key)} at {at} is not supported{why}")
         if key in ANNOTATIONS:
             return value
         check = _VALUES.get(key)
@@ -138,7 +117,7 @@ class SchemaCheck:
 
     def items(self, node, value, path):
         if isinstance(value, list):
-            return self.schema_list(node, value, path)
+            raise _fail(path, "must be a schema (for a fixed list of items, use prefixItems)")
         if value is False and "prefixItems" in node:
             return value  # (no items past the prefix: the converter writes just those)
         return self.node(value, path)
@@ -161,9 +140,6 @@ class SchemaCheck:
         return value
 
     def bound(self, node, value, path):
-        if node.get("type") != "integer":
-            raise _fail(path, f"is not supported for type {shown(node.get('type', 'any'))} "
-                        "(bounds work on integers only)")  # fmt: skip
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise _fail(path, f"must be a number, not {shown(value)}")
         if not math.isfinite(value) or abs(value) > MAX_BOUND:
@@ -186,17 +162,16 @@ class SchemaCheck:
         if not isinstance(value, str):
             raise _fail(path, f"must be a string (a regular expression), not {shown(value)}")
         text(value, path)
-        if not (value.startswith("^") and value.endswith("$")) or len(value) < 2:
-            raise _fail(path, "must start with ^ and end with $ (the reply is the whole string)")
-        for low, high in _QUANTIFIER.findall(value):
-            if any(n and int(n) > MAX_REPEAT for n in (low, high)):
-                raise _fail(path, f"repeats more than {MAX_REPEAT} times")
+        try:
+            pattern_gbnf(value)
+        except PatternError as exc:
+            raise _fail(path, str(exc)) from None
         return value
 
     def format(self, node, value, path):
         if not isinstance(value, str) or value not in FORMATS:
             raise _fail(path, f"is {shown(value)}, not supported (one of "
-                        f"{', '.join(sorted(FORMATS)[:4])}, ...)")  # fmt: skip
+                        f"{', '.join(sorted(FORMATS))})")  # fmt: skip
         return value
 
     def ref(self, node, value, path):
@@ -237,29 +212,6 @@ class SchemaCheck:
         if not isinstance(target, dict) or id(target) not in self.places:
             raise _fail(path, f"is {shown(ref)}, which names a part that is not a schema")
         self.refs[ref] = target
-
-    def no_loop(self, path: tuple[str, ...], ref: str) -> None:
-        """A $ref that leads only to itself (a -> b -> a) describes no value."""
-        seen = {ref}
-        target = self.refs[ref]
-        while "$ref" in target:
-            nxt = target["$ref"]
-            if nxt in seen:
-                raise _fail(path, f"is {shown(ref)}, which only leads back to itself")
-            seen.add(nxt)
-            target = self.refs[nxt]
-
-
-def text(value: str, path: tuple[str, ...]) -> str:
-    """A string that is text (a lone surrogate from a \\ud800 escape is not: llama.cpp gets
-    UTF-8)."""
-    if not isinstance(value, str):
-        raise _fail(path, f"has the name {shown(value)}, which is not a string")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise _fail(path, "holds a lone surrogate (a \\ud800 escape), which is not text") from None
-    return value
 
 
 def plain_json(value, path: tuple[str, ...], depth: int = 0) -> None:

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from chatapp import jsonfile, paths
 from chatapp.engine import control_vector
+from chatapp.engine.steer_checks import check_file_layers, check_layers, check_name, is_name
 from chatapp.engine.steering import Steering, SteeringError, SteerVector
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_TEXTS = 512
 MAX_TEXT_CHARS = 4000
 
@@ -38,14 +37,6 @@ class SavedVector:
     model_hint: str
 
 
-def check_name(name: str) -> None:
-    if not _NAME.match(name) or name.endswith(".gguf"):
-        raise SteeringError(
-            f"{name!r} cannot name a vector: use letters, digits, '_', '-' or '.' (up to 64), "
-            "without .gguf"
-        )
-
-
 def model_folder(model_path: str) -> Path:
     """The folder of this model file's vectors (its name without .gguf)."""
     return paths.steer_dir() / Path(model_path).stem
@@ -57,10 +48,13 @@ def vector_path(model_path: str, name: str) -> Path:
 
 
 def saved(model_path: str) -> list[SavedVector]:
-    """The vectors kept for this model, by name (a file that does not read is left out)."""
+    """The vectors kept for this model, by name (a file that does not read is left out, and
+    so is one that no name gives: the .NAME-xxxx.gguf a `steer make` is writing)."""
     found = []
     folder = model_folder(model_path)
     for path in sorted(folder.glob("*.gguf")) if folder.is_dir() else ():
+        if not is_name(path.stem):
+            continue
         try:
             vector = control_vector.read(path)
         except SteeringError:
@@ -133,16 +127,24 @@ def missing_sentence(name: str, model_path: str) -> str:
     )
 
 
-def check_width(
-    vector: control_vector.ControlVector, name: str, path: str, n_embd: int, model: str
+def check_vector(
+    vector: control_vector.ControlVector,
+    name: str,
+    path: str,
+    model: str,
+    n_embd: int,
+    n_layers: int,
 ) -> None:
-    """SteeringError when the vector is not as wide as the model's residual stream."""
+    """SteeringError when the vector does not fit the model: another width than its residual
+    stream, or a direction for a layer it does not have."""
     if n_embd and vector.n_embd != n_embd:
         made = f" (made on {vector.model_hint})" if vector.model_hint else ""
         raise SteeringError(
             f"the vector {name!r} ({path}) is {vector.n_embd} wide{made} but {model} is "
             f"{n_embd} wide: make one for this model with `chatapp steer make {name}`"
         )
+    if n_layers:
+        check_file_layers(vector.directions, name, path, n_layers, model)
 
 
 def make_vector(engine, pair: Pair, method: str = "mean", at: str = "mean"):
@@ -171,10 +173,7 @@ def steering_for(
     card = inspect(model_path)
     model = Path(model_path).name
     start, end = layers
-    if end > card.n_layers:
-        raise SteeringError(
-            f"{model} has layers 1-{card.n_layers}; --steer-layers {start}-{end} goes past them"
-        )
+    check_layers(start, end, card.n_layers, model)
     chosen = []
     for name, strength in specs:
         path = find(model_path, name)
@@ -187,6 +186,7 @@ def steering_for(
         if path is None:
             raise SteeringError(missing_sentence(name, model_path))
         label = Path(name).stem if name.endswith(".gguf") else name
-        check_width(control_vector.read(path), label, str(path), card.n_embd, model)
+        vector = control_vector.read(path)
+        check_vector(vector, label, str(path), model, card.n_embd, card.n_layers)
         chosen.append(SteerVector(label, str(path), strength))
     return Steering(tuple(chosen), start, end)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -10,9 +9,6 @@ import numpy as np
 
 from chatapp.engine.engine_errors import EngineError
 from chatapp.engine.token_piece import TokenPiece
-
-STRENGTH_LIMIT = 100.0
-"""The largest strength taken (either sign); the panel's slider would offer -4..+4."""
 
 REMOTE_NOTE = (
     "steering needs a local model: a server applies no control vectors to its layers, so load "
@@ -64,6 +60,8 @@ class Steering:
 
     def with_strength(self, name: str, strength: float) -> Steering:
         """The same vectors, the one called `name` at another strength (a slider moved)."""
+        from chatapp.engine.steer_checks import check_strength  # (it imports SteeringError)
+
         check_strength(strength, name)
         if all(v.name != name for v in self.vectors):
             raise SteeringError(f"no vector named {name!r} is in use; add it first")
@@ -127,38 +125,3 @@ class Meter:
 
 def _vectors(items) -> tuple[SteerVector, ...]:
     return tuple(SteerVector(str(v["name"]), str(v["path"]), float(v["strength"])) for v in items)
-
-
-def check_strength(strength: float, name: str) -> None:
-    if not math.isfinite(strength) or abs(strength) > STRENGTH_LIMIT:
-        raise SteeringError(
-            f"the strength of {name!r} must be a number between -{STRENGTH_LIMIT:g} and "
-            f"{STRENGTH_LIMIT:g}, got {strength}"
-        )
-
-
-def parse_steer(text: str) -> tuple[str, float]:
-    """NAME:STRENGTH (as `--steer happy:4` or `--steer ./calm.gguf:-2`) -> (name, strength)."""
-    name, sep, value = text.rpartition(":")
-    if not sep or not name.strip():
-        raise SteeringError(f"--steer takes NAME:STRENGTH, e.g. happy:4, not {text!r}")
-    try:
-        strength = float(value)
-    except ValueError:
-        raise SteeringError(
-            f"the strength in {text!r} is not a number; write NAME:STRENGTH, e.g. happy:-2.5"
-        ) from None
-    check_strength(strength, name)
-    return name.strip(), strength
-
-
-def parse_layers(text: str) -> tuple[int, int]:
-    """START-END (both inclusive, from 1) -> (start, end)."""
-    start, sep, end = text.partition("-")
-    try:
-        pair = (int(start), int(end)) if sep else (int(start), int(start))
-    except ValueError:
-        raise SteeringError(f"--steer-layers takes START-END, e.g. 6-20, not {text!r}") from None
-    if pair[0] < 1 or pair[1] < pair[0]:
-        raise SteeringError(f"--steer-layers needs 1 <= START <= END, got {text!r}")
-    return pair

@@ -369,7 +369,7 @@ def _first_int(value: object, default: int = 0) -> int:
     return default
 
 
-_QUANT_IN_NAME = re.compile(r"(?i)^(I?Q\d(_[0-9A-Z]+)*|B?F16|F32|MXFP4)$")
+_QUANT_IN_NAME = re.compile(r"(?i)(I?Q[0-9](_[0-9A-Z]+)*|B?F16|F32|MXFP4)")
 
 
 def quant_name(file_type: object, path: str | Path = "") -> str:
@@ -387,7 +387,7 @@ def quant_name(file_type: object, path: str | Path = "") -> str:
         return FILE_TYPES[file_type]
     stem = Path(path).name.removesuffix(".gguf") if path else ""
     for part in reversed(re.split(r"[-.]", stem)):
-        if _QUANT_IN_NAME.match(part):
+        if _QUANT_IN_NAME.fullmatch(part):
             return part.upper()
     return ""
 

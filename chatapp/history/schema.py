@@ -7,6 +7,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+import psutil
+
 MIGRATIONS: list[tuple[str, ...]] = [
     (  # 1: conversations and messages
         """CREATE TABLE conversations (
@@ -138,19 +140,15 @@ def describe_error(exc: sqlite3.Error, path: Path, busy_timeout_s: float) -> str
 
 
 def pid_alive(pid: int | None) -> bool:
-    """Whether a process with this pid runs (zombies count as dead). Not on POSIX: False."""
-    if not pid or os.name != "posix":
+    """Whether a process with this pid runs (a zombie, ended but not yet reaped, counts as
+    dead), on every system psutil knows. One it may not look at (another user's) runs."""
+    if not pid:
         return False
     if pid == os.getpid():
         return True
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
+    except psutil.AccessDenied:
         return True

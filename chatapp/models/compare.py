@@ -101,6 +101,8 @@ def quality(ref: np.ndarray, other: np.ndarray, ids: Sequence[int]) -> tuple[flo
 
 
 def _peak_rss(pid: int | None) -> int | None:
+    """The worker's peak resident memory (Linux's VmHWM; None elsewhere): psutil has no API
+    for the peak on Linux or macOS, so /proc is read."""
     try:
         with open(f"/proc/{pid}/status") as fh:
             for line in fh:

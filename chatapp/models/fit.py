@@ -14,6 +14,10 @@ from chatapp.machine import ram_available
 
 GIB = 1024**3
 MIB = 1024**2
+WHAT_IF_PARAMS_B = (0.01, 2000.0)
+"""The what-if model sizes taken (billions of parameters): `fit --params`, the model card."""
+WHAT_IF_MEMORY_GIB = (0.01, 100_000.0)
+"""The what-if memory sizes taken (GiB): `fit --memory`, the model card."""
 GPU_RESERVE = 512 * MIB  # CUDA/Metal context and allocator slack, not in nvidia-smi's "free"
 
 # Bytes per element of the KV cache types llama.cpp offers (--cache-type-k/-v).

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from chatapp import paths
+from chatapp.cpus import usable_cpus
 from chatapp.engine.local.process.child import real_std_streams
 from chatapp.engine.protocol import EngineError
 from chatapp.errors import ModelFileError
@@ -58,7 +59,7 @@ def base_stem(path: Path) -> str:
     """The file's stem without a trailing quantization name (model.Q4_1.gguf -> model)."""
     stem = path.stem
     names = sorted({*QUANT_TYPES, "F32", "Q4_1", "Q8_1"}, key=len, reverse=True)
-    pattern = r"[.\-_](?:" + "|".join(re.escape(n) for n in names) + r")$"
+    pattern = r"[.\-_](?:" + "|".join(re.escape(n) for n in names) + r")\Z"
     return re.sub(pattern, "", stem, flags=re.IGNORECASE) or stem
 
 
@@ -132,7 +133,7 @@ def quantize(
     t0 = time.perf_counter()
     proc = mp.get_context("spawn").Process(
         target=_child,
-        args=(str(src_path), str(part), qtype, nthread or os.cpu_count() or 1, str(log)),
+        args=(str(src_path), str(part), qtype, nthread or usable_cpus(), str(log)),
         name="chatapp-quantize",
         daemon=True,
     )

@@ -10,10 +10,10 @@ from textual.message import Message
 from textual.message_pump import MessagePump
 
 from chatapp.config import Config
+from chatapp.cpus import usable_cores
 from chatapp.engine.factory import make_engine
 from chatapp.engine.protocol import Engine, EngineCrashed, LoadOptions, ModelInfo
 from chatapp.errors import ChatappError
-from chatapp.machine import physical_cores
 from chatapp.ui import autotune_watch
 from chatapp.ui.streaming import SMOOTH, WORKER_NICE, Cadence, cadence_for
 
@@ -101,7 +101,7 @@ class EngineSlot:
         self.engine = message.engine
         self.loading = False
         self.starting = None
-        self.cadence = cadence_for(message.info, physical_cores())
+        self.cadence = cadence_for(message.info, usable_cores())
         return message.info
 
     def failed(self, message: EngineSlot.Failed) -> None:

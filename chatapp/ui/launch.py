@@ -119,14 +119,15 @@ def run_versus_app(
     problems: list[str] | None = None,
 ) -> None:
     """Two files side by side (`chatapp chat A --vs B`): each prompt to both, greedy."""
-    import os
     from dataclasses import replace
+
+    from chatapp.cpus import usable_cpus
 
     if options.n_threads is None:
         # Two workers each with a thread per core oversubscribe the CPU, and llama.cpp's
         # threads then wait on each other at every barrier (measured: ~1 token/s each on 2
-        # cores instead of ~40): each gets half the cores.
-        options = replace(options, n_threads=max(1, (os.cpu_count() or 2) // 2))
+        # cores instead of ~40): each gets half the CPUs this process may use.
+        options = replace(options, n_threads=max(1, usable_cpus() // 2))
     options = replace(options, draft_model=None)  # the files as they are: no drafts
     second = replace(options, model_path=other)
     history = ChatHistory.open(lambda message: None)

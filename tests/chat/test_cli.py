@@ -5,13 +5,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
+import signal
 import subprocess
 import sys
+import threading
 
 import pytest
-from helpers import bundled, run_cli
+from fakes.servers import StubServer
+from helpers import REPO, SIGINT_IGNORED, bundled, run_cli
 
 from chatapp import machine
+from chatapp.cpus import usable_cpus
 from chatapp.engine.local.load import huge_pages
 
 
@@ -54,9 +59,9 @@ def test_ask_json_has_the_documented_keys():
     # path takes Q4_1 and crashes on some (the engine then runs without it, remembered).
     crashed = bool(machine.repack_crashes())
     assert data["settings"] == {
-        "threads": os.cpu_count(),
-        "flash_attn": True,  # on on the CPU, for exact batches (llama_open.exact_attention)
-        "exact_batches": True,
+        "threads": usable_cpus(),
+        "flash_attn": False,  # off on the CPU unless tuned or asked for
+        "exact_batches": False,
         "repack": not crashed,
         # transparent huge pages where the kernel offers them on request (or to everyone)
         "huge_pages": huge_pages.available(),
@@ -102,7 +107,7 @@ def test_tune_measures_saves_and_the_next_load_uses_it(fresh_dirs):
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     configs = {(x["flash_attn"], x["threads"]) for x in report["results"]}
-    assert {(False, os.cpu_count()), (True, os.cpu_count())} <= configs
+    assert {(False, usable_cpus()), (True, usable_cpus())} <= configs
     for row in report["results"]:
         assert not row["error"], row
         assert row["decode_tps"]["0"] > 0 and row["decode_tps"]["64"] > 0
@@ -129,9 +134,9 @@ def test_tokenize_prints_ids_and_pieces():
     ("args", "expected"),
     [
         (["ask", "hi", "--model", "/nonexistent/model.gguf"], "model file not found"),
-        (["ask", "hi", "--top-p", "2.0"], "top_p must be between 0 and 1, got 2"),
-        (["ask", "hi", "--top-k", "-1"], "top_k must be between 0 and 200, got -1"),
-        (["ask", "hi", "--temperature", "-1"], "temperature must be between 0 and 2, got -1"),
+        (["ask", "hi", "--top-p", "2.0"], "Invalid value for '--top-p'"),
+        (["ask", "hi", "--top-k", "-1"], "Invalid value for '--top-k'"),
+        (["ask", "hi", "--temperature", "-1"], "Invalid value for '--temperature'"),
         (["ask", "hi", "--top-k", "abc"], "valid integer"),
         (["ask", "hi", "--ctx", "0"], "--ctx"),
         (["ask", "hi", "--bogus"], "No such option: --bogus"),
@@ -392,3 +397,122 @@ def test_an_error_line_on_a_terminal_shows_escape_sequences_as_symbols(monkeypat
     monkeypatch.setattr(sys, "stderr", err)
     assert run_main(monkeypatch, [], ModelFileError("x\x1b]0;pwned\x07.gguf is gone")) == 1
     assert err.getvalue() == "error: x␛]0;pwned␇.gguf is gone\n"
+
+
+def test_ctrl_c_stops_an_ask_started_with_sigint_ignored(fresh_dirs):
+    """Every command starts at the same entry point: a reply that streams from a server
+    stops on SIGINT too, although the command was started with SIGINT ignored."""
+    srv = StubServer()
+    threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
+
+    def one_token_then_silence(h, _body) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Connection", "close")
+        h.end_headers()
+        delta = {"choices": [{"delta": {"content": "Hello"}, "finish_reason": None}]}
+        h.wfile.write(f"data: {json.dumps(delta)}\n\n".encode())
+        h.wfile.flush()
+        srv.release.wait(120)  # (set when the test ends)
+
+    srv.routes[("POST", "/v1/chat/completions")] = one_token_then_silence
+    cmd = [*SIGINT_IGNORED, sys.executable, "-m", "chatapp.cli", "ask", "hi", "--server", srv.url]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    try:
+        assert select.select([proc.stdout], [], [], 60)[0], "no token in 60 s"
+        assert os.read(proc.stdout.fileno(), 5) == b"Hello"  # the reply is streaming
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()  # (an ask that ignored the signal does not outlive the test)
+        proc.wait()
+        srv.release.set()
+        srv.shutdown()
+        srv.server_close()
+    assert proc.returncode == 130
+    assert b"Traceback" not in err
+
+
+def sampler_flag_cases():
+    """Each sampler flag of `ask` with values just outside its range, nan and inf."""
+    from chatapp.cli.options import CLI_SAMPLERS
+
+    for row in CLI_SAMPLERS:
+        flag = "--" + row.name.replace("_", "-")
+        b = row.bound
+        step = 1 if row.whole else b.step
+        bad = [b.low - step, b.high + step] + ([] if row.whole else ["nan", "inf", "-inf"])
+        for value in bad:
+            yield pytest.param(flag, f"{value:g}" if isinstance(value, float) else str(value),
+                               id=f"{flag}={value}")  # fmt: skip
+
+
+@pytest.mark.parametrize(("flag", "value"), list(sampler_flag_cases()))
+def test_a_sampler_flag_out_of_its_table_range_is_a_usage_error_naming_it(
+    monkeypatch, capsys, flag, value
+):
+    """Refused by the option itself (exit 2, the flag named), as --ctx is, not by the
+    settings after the command began (exit 1, 'temperature must be ...')."""
+    assert run_main(monkeypatch, ["ask", "hi", flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: Invalid value for '{flag}': "), err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_the_sampler_flags_own_check_refuses_nan_which_click_ranges_let_through():
+    import click
+    import typer
+
+    from chatapp.cli.options import _finite
+
+    assert click.FloatRange(0, 2).convert(float("nan"), None, None) != 0  # (nan passes)
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(typer.BadParameter, match="is not a number from 0 to 2"):
+            _finite(0, 2)(value)
+    assert _finite(0, 2)(1.5) == 1.5 and _finite(0, 2)(None) is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ask", ""],
+        ["ask", "  \n\t"],
+        ["ask", "--raw", ""],
+        ["inside", ""],
+        ["inside", " ", "--raw"],
+        ["compare", "a.gguf", "b.gguf", "--prompt", ""],
+        ["compare", "a.gguf", "b.gguf", "--prompt", "\n"],
+        ["steer", "meter", "happy", " "],
+    ],
+    ids=lambda argv: " ".join(repr(a) for a in argv),
+)
+def test_an_empty_or_blank_prompt_is_one_sentence_in_every_command_that_takes_one(argv):
+    r = run_cli(*argv, timeout=60)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert re.fullmatch(
+        r"error: Invalid value for '(prompt|--prompt|text)': it is (empty|only whitespace): "
+        r"give some text",
+        lines[0],
+    ), lines[0]
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("ask", "hi", "--json-schema", ""),
+        ("ask", "hi", "--grammar", " "),
+        ("bench", "--reps", str(10**6)),
+        ("bench", "--tokens", str(10**12)),
+        ("tune", "--tokens", str(10**12)),
+    ],
+    ids=["empty-schema", "blank-grammar", "huge-reps", "huge-bench-tokens", "huge-tune-tokens"],
+)
+def test_an_empty_file_option_or_a_count_past_its_limit_is_refused(fresh_dirs, args):
+    """The walk's leftovers: an empty --json-schema ran with no schema at all; a billion
+    repetitions or tokens were taken and ran until killed."""
+    r = run_cli(*args)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr

@@ -38,7 +38,13 @@ ARMS = ("ngram", "model")
 @pytest.fixture(scope="module")
 def engine(model_path: str):
     """The bundled model, drafting for itself as the draft model too."""
-    options = LoadOptions(model_path=model_path, n_ctx=2048, n_gpu_layers=0, draft_model=model_path)
+    options = LoadOptions(
+        model_path=model_path,
+        n_ctx=2048,
+        n_gpu_layers=0,
+        draft_model=model_path,
+        exact_batches=True,
+    )
     with LocalEngine(options) as eng:
         yield eng
 

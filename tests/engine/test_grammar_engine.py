@@ -205,4 +205,4 @@ def test_ask_json_schema_on_the_command_line(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"type": "object", "properties": {"x": {"type": "number", "maximum": 3}}}')
     r = run_cli("ask", "hi", "--json-schema", str(bad))
-    assert r.returncode == 1 and "properties.x.maximum is not supported" in r.stderr
+    assert r.returncode == 1 and "/properties/x/maximum is not supported" in r.stderr

@@ -246,10 +246,11 @@ class _DisturbedEngine(FakeEngine):
     program spins on a core (the fake's own 1 thread would leave it a core of its own)."""
 
     def start(self):
-        import os
         from dataclasses import replace
 
-        return replace(super().start(), n_threads=os.cpu_count() or 1)
+        from chatapp.cpus import usable_cpus
+
+        return replace(super().start(), n_threads=usable_cpus())
 
     def generate(self, request):
         import os

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from fakes.hub import serving
+from helpers import SIGINT_IGNORED
 
 from chatapp.errors import HubError, UsageError
 from chatapp.models.hub import picker
@@ -328,6 +330,53 @@ def test_usage_errors_exit_2():
         assert r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1
 
 
+MISTYPED = ["user--x/m", "a/b..c", "a/-x"]  # chatapp's own pattern took these, the Hub does not
+
+
+@pytest.mark.parametrize("name", [*MISTYPED, "a/b.git:Q8_0", "hf.co/u/" + "r" * 97])
+def test_a_name_the_hub_refuses_is_refused_as_it_is_read(name):
+    with pytest.raises(UsageError) as info:
+        parse_spec(name)
+    message = str(info.value)
+    assert message.startswith(f"{name!r} is not a Hugging Face model name (")
+    assert message.endswith("): give USER/REPO, USER/REPO:QUANT or USER/REPO:FILE.gguf")
+    assert "\n" not in message and not re.search(r"\.\s+[A-Z]", message)  # one sentence
+
+
+def test_the_hub_errors_handler_turns_the_hubs_name_check_into_a_sentence():
+    from huggingface_hub.utils import validate_repo_id
+
+    from chatapp.models.hub.client import hub_errors
+
+    with pytest.raises(HubError, match=r"^'a/-x' is not a name the Hub takes \("):
+        with hub_errors("a/-x"):
+            validate_repo_id("a/-x")
+
+
+@pytest.mark.parametrize("name", MISTYPED)
+@pytest.mark.parametrize(
+    "command", [["pull"], ["pull", "--list"], ["chat"], ["ask", "hi", "-m"]], ids=" ".join
+)
+def test_a_mistyped_repo_name_is_one_sentence_in_each_command(hub, command, name):
+    r = subprocess.run(
+        [sys.executable, "-m", "chatapp.cli", *command, name],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"error: {name!r} is not a Hugging Face model name ({parse_spec_refusal(name)}): give "
+        "USER/REPO, USER/REPO:QUANT or USER/REPO:FILE.gguf"
+    ]
+    assert not list(hf_cache.cache_root().glob("models--*")), "nothing asked of the Hub"
+
+
+def parse_spec_refusal(name: str) -> str:
+    from chatapp.models.specs import hub_refuses
+
+    return hub_refuses(name)
+
+
 def test_search_lists_gguf_repos_by_downloads(hub):
     hub.add("a/Qwen-GGUF", "q-Q8_0.gguf", b"x" * 10)
     hub.add("b/Qwen-Small-GGUF", "q-Q8_0.gguf", b"y" * 10)
@@ -392,20 +441,25 @@ def test_a_full_disk_mid_file_is_one_sentence_and_resumes(hub, monkeypatch):
     assert 0 < got.resumed_from <= MB and got.path.read_bytes() == data
 
 
-def test_ctrl_c_stops_a_pull_cleanly(hub):
+@pytest.mark.parametrize("start", [[], SIGINT_IGNORED], ids=["as-started", "sigint-ignored"])
+def test_ctrl_c_stops_a_pull_cleanly(hub, start):
     hub.add(REPO, "tiny-Q8_0.gguf", blob(16 * MB))
     hub.hold_after = 2 * MB  # the bytes stop there until Ctrl-C is sent: never done before it
     proc = subprocess.Popen(
-        [sys.executable, "-m", "chatapp.cli", "pull", REPO],
+        [*start, sys.executable, "-m", "chatapp.cli", "pull", REPO],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
-    while _partial_size(REPO) < MB and time.monotonic() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while _partial_size(REPO) < MB and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()  # (a pull that ignored the signal does not outlive the test)
+        proc.wait()
     assert proc.returncode == 130
     assert "stopped; what was downloaded stays: run the same command to resume" in err
     assert "Traceback" not in err and _partial_size(REPO) >= MB

@@ -275,6 +275,28 @@ async def test_hub_errors_are_one_line_and_the_app_keeps_running(hub, monkeypatc
         await wait_until(pilot, lambda: picker.query_one("#model-table", DataTable).has_focus)
 
 
+async def test_a_mistyped_repo_name_is_the_name_check_s_sentence(hub):
+    """A USER/REPO that huggingface_hub would refuse is refused as it is typed, in the Hub's
+    words, and nothing is asked of the Hub."""
+    from chatapp.models.specs import hub_refuses
+
+    app = chat_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        picker, view = await open_get_view(pilot, app)
+        note = view.query_one("#hub-note", Static)
+        for name in ("user--x/m", "a/b..c", "a/-x"):
+            view.query_one("#hub-search", Input).value = name
+            await pilot.press("enter")
+            await pilot.pause()
+            assert text_of(note) == (
+                f"{name!r} is not a Hugging Face model name ({hub_refuses(name)}): give "
+                "USER/REPO, USER/REPO:QUANT or USER/REPO:FILE.gguf"
+            )
+            assert note.has_class("error")
+        await list_repo_files(pilot, view)  # still usable
+        assert app.screen is picker
+
+
 async def test_f10_takes_names_as_well_as_paths(hub):
     from chatapp.models.hub.pull import pull
 

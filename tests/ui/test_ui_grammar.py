@@ -56,7 +56,7 @@ async def test_a_malformed_schema_in_the_dialog_is_one_sentence_and_the_app_stay
         "list.json": ('{"type": "object", "properties": ["age"]}', "properties must be"),
         "huge.json": (
             '{"properties": {"[/age]": {"type": "integer", "maximum": 1e400}}}',
-            'schema huge.json: properties."[/age]".maximum is inf, out of range',
+            'schema huge.json: "/properties/[~1age]/maximum" is inf, out of range',
         ),
         "anyof.json": ('{"anyOf": 5}', "anyOf must be a non-empty list of schemas, not 5"),
     }

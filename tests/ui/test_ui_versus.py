@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 import pytest
@@ -18,6 +17,7 @@ from chatapp.models import quantize
 from chatapp.models.bundled import smollm2_path
 from chatapp.sampling import SamplerSettings
 from chatapp.ui.launch import versus_app
+from chatapp.ui.screens import versus as versus_screen
 from chatapp.ui.screens.versus import GREEDY as GREEDY_TEST
 from chatapp.ui.screens.versus import VersusScreen, parting_step
 from chatapp.ui.streaming import ReplyStream
@@ -227,7 +227,7 @@ async def test_the_bundled_model_against_itself_replies_in_both_panes(model_path
 def test_side_by_side_snapshot(snap_compare, monkeypatch):
     from chatapp.metrics import GenerationStats
 
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # the speed lines' "1 of 2 cores"
+    monkeypatch.setattr(versus_screen, "usable_cpus", lambda: 2)  # the speed lines' "1 of 2 cores"
 
     pinned = GenerationStats(
         prompt_tokens=9, prompt_evaluated=9, completion_tokens=12, ttft_s=0.05, decode_s=0.12

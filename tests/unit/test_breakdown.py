@@ -51,3 +51,17 @@ def test_nothing_reused_and_a_slow_decode_with_drafts():
     data = breakdown.as_dict(st, load_s=None)
     assert data["verdict"] == breakdown.verdict(st) and data["parts"][0]["name"] == "template"
     assert st.acceptance == 212 / 230 and st.mean_accepted == 212 / 30
+
+
+def test_a_wait_behind_the_tune_is_its_own_part_and_not_the_uis():
+    st = _stats(prompt_evaluated=30, prefill_s=0.1, ttft_s=0.15, completion_tokens=2,
+                decode_s=0.01, tune_wait_s=0.4)  # fmt: skip
+    ui_s = breakdown.ui_share(st, first_paint_s=0.6)  # submit to first paint
+    assert abs(ui_s - (0.6 - 0.15 - 0.4)) < 1e-9
+    parts = breakdown.parts(st, ui_s=ui_s)
+    assert [p.name for p in parts][:2] == ["tune wait", "template"]
+    assert breakdown.verdict(st, ui_s=ui_s).startswith(
+        "tune wait: the tune on first use stopping the step it was in (0.40 s"
+    )
+    assert "tune wait" not in [p.name for p in breakdown.parts(_stats())]  # no tune: no part
+    assert breakdown.ui_share(_stats(), None) is None

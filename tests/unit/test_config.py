@@ -35,7 +35,7 @@ default_model = "~/models/smol.gguf"
 model_dirs = ["~/models", "rel"]
 n_ctx = 8192
 n_gpu_layers = 0
-threads = 4
+threads = 1
 flash_attn = true
 repack = false
 system_prompt = "You are terse."
@@ -73,7 +73,7 @@ def test_full_config_loads(tmp_path: Path) -> None:
     assert problems == []
     assert config.default_model == str(Path.home() / "models" / "smol.gguf")
     assert config.model_dirs == (str(Path.home() / "models"), str(path.parent / "rel"))
-    assert (config.n_ctx, config.n_gpu_layers, config.threads) == (8192, 0, 4)
+    assert (config.n_ctx, config.n_gpu_layers, config.threads) == (8192, 0, 1)
     assert (config.flash_attn, config.repack) == (True, False)
     assert config.system_prompt == "You are terse." and config.theme == "nord"
     assert config.sampler == SamplerSettings(temperature=0.5, top_k=20)

@@ -162,11 +162,11 @@ def test_tuned_settings_fill_only_what_was_not_given(model_path, fresh_dirs):
     machine.remember_tuned(
         model_path, {"threads": 1, "flash_attn": True, "repack": False, "n_gpu_layers": 0}
     )
-    chosen, tuned = cpu_backend.choose(_options(model_path, exact_batches=False))
+    chosen, tuned = cpu_backend.choose(_options(model_path))
     assert tuned and (chosen.n_threads, chosen.flash_attn, chosen.repack) == (1, True, False)
     # Exact batches hold flash attention on (llama_open.exact_attention): the tune's choice
     # of it waits, the rest applies
-    exact, tuned = cpu_backend.choose(_options(model_path))
+    exact, tuned = cpu_backend.choose(_options(model_path, exact_batches=True))
     assert tuned and (exact.n_threads, exact.flash_attn, exact.repack) == (1, None, False)
     given, _ = cpu_backend.choose(_options(model_path, n_threads=2, flash_attn=False))
     assert (given.n_threads, given.flash_attn, given.repack) == (2, False, False)
@@ -181,8 +181,7 @@ def test_a_tune_on_a_build_without_offload_holds_for_any_layer_count(model_path,
     saved = {"threads": 1, "flash_attn": True, "repack": False, "n_gpu_layers": -1}
     machine.remember_tuned(model_path, {**saved, "gpu_offload": False})
     for layers in (0, -1, 12):
-        options = LoadOptions(model_path, n_gpu_layers=layers, exact_batches=False)
-        chosen, tuned = cpu_backend.choose(options)
+        chosen, tuned = cpu_backend.choose(LoadOptions(model_path, n_gpu_layers=layers))
         assert tuned and chosen.flash_attn is True and chosen.n_threads == 1
     machine.remember_tuned(model_path, {**saved, "gpu_offload": True})
     chosen, tuned = cpu_backend.choose(LoadOptions(model_path, n_gpu_layers=0))

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import stat
+from pathlib import Path
 
 import pytest
 
+from chatapp import machine
 from chatapp.commands.models import fit_cmd, inspect_cmd
 from chatapp.engine.protocol import EngineError, LoadOptions
 from chatapp.errors import ModelFileError
 from chatapp.gguf.header import inspect, read_header
-from chatapp.machine import parse_meminfo, ram_available
+from chatapp.machine import ram_available
 from chatapp.models import fit
 from chatapp.models.bundled import smollm2_path
 
@@ -156,15 +157,35 @@ def test_gpu_memory_without_and_with_nvidia_smi(tmp_path, monkeypatch):
     assert fit.gpu_memory() == []
 
 
-def test_meminfo(tmp_path):
-    sample = "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   20000000 kB\n"
-    assert parse_meminfo(sample)["MemAvailable"] == 20000000 * 1024
-    path = tmp_path / "meminfo"
-    path.write_text(sample)
-    assert ram_available(path) == 20000000 * 1024
-    assert ram_available(tmp_path / "none") is None
-    if os.path.exists("/proc/meminfo"):
-        assert ram_available() > 0
+def test_free_ram_is_psutil_s_available_memory(monkeypatch):
+    from collections import namedtuple
+
+    assert ram_available() > 0
+    memory = namedtuple("memory", "total available")
+    monkeypatch.setattr(machine.psutil, "virtual_memory", lambda: memory(24 * GIB, 20 * GIB))
+    assert ram_available() == 20 * GIB
+
+
+def test_free_ram_is_known_without_proc_meminfo(monkeypatch):
+    """The bug: free RAM was read from /proc/meminfo only, so on macOS and Windows the fit
+    check showed it as unknown. Here /proc cannot be read the way the old code read it."""
+    real = Path.read_text
+
+    def no_proc(self, *args, **kwargs):
+        if str(self).startswith("/proc"):
+            raise FileNotFoundError(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", no_proc)
+    assert ram_available() > 0
+
+
+def test_psutil_failing_gives_unknown_free_ram(monkeypatch):
+    def broken():
+        raise RuntimeError("no memory statistics here")
+
+    monkeypatch.setattr(machine.psutil, "virtual_memory", broken)
+    assert ram_available() is None
 
 
 def test_fit_command(capsys, monkeypatch):

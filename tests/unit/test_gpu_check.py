@@ -170,3 +170,56 @@ def test_the_out_of_memory_context_fails_whole_and_fits_halved(model_path):
     assert per_layer * shape.n_layers > 1.3 * leave, "every layer's KV cache cannot fit"
     half = layer_steps(ALL_GPU_LAYERS, shape.n_layers)[1]
     assert per_layer * half < 0.75 * leave, "the first step down leaves room to spare"
+
+
+def prepare(folder: Path | str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """scripts/gpu_prepare.sh FOLDER, stopped at its first slow step (no Python, no sdist)."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "PREPARE_PYTHON": "false",
+           "LLAMA_SDIST": "/nonexistent.tgz"}  # fmt: skip
+    return subprocess.run(
+        ["bash", str(SCRIPTS / "gpu_prepare.sh"), str(folder)],
+        capture_output=True, text=True, env=env, cwd=cwd,
+    )  # fmt: skip
+
+
+def tree(folder: Path) -> dict[str, bytes | None]:
+    """Every path under folder, with its bytes (None: a folder)."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None
+        for p in folder.rglob("*")
+    }
+
+
+@pytest.mark.parametrize("name", [".", "mine"])
+def test_prepare_refuses_a_folder_with_files_it_did_not_make(tmp_path, name):
+    checkout = tmp_path / "checkout"
+    (checkout / "src").mkdir(parents=True)
+    (checkout / "src" / "work.py").write_text("print('mine')\n")
+    (checkout / "mine").mkdir()
+    (checkout / "mine" / "notes.txt").write_text("keep me")
+    before = tree(checkout)
+    r = prepare(name, cwd=checkout)
+    assert r.returncode == 2, r.stderr
+    assert "did not make: it is left as it is" in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert tree(checkout) == before, "nothing deleted, nothing added"
+    assert not (tmp_path / "checkout-device-base").exists()
+
+
+def test_prepare_refuses_a_file_in_the_folder_s_place(tmp_path):
+    (tmp_path / "carry").write_text("a file")
+    r = prepare(tmp_path / "carry")
+    assert r.returncode == 2 and "is not a folder" in r.stderr, r.stderr
+    assert (tmp_path / "carry").read_text() == "a file"
+
+
+def test_prepare_empties_only_its_own_folder_and_fills_an_empty_one(tmp_path):
+    made, base = tmp_path / "carry", tmp_path / "carry-device-base"
+    (made / "wheels").mkdir(parents=True)
+    (made / ".made-by-gpu_prepare").write_text("made by scripts/gpu_prepare.sh\n")
+    (made / "wheels" / "old-1.0-py3-none-any.whl").write_bytes(b"old")
+    base.mkdir()  # empty: taken as it is
+    r = prepare(made)
+    assert r.returncode != 0  # (stopped at the sdist's download, by the test's design)
+    assert sorted(tree(made)) == [".made-by-gpu_prepare", "wheels"], "its earlier output emptied"
+    assert sorted(tree(base)) == [".made-by-gpu_prepare"]

@@ -60,12 +60,15 @@ def test_a_schema_becomes_gbnf_with_its_bounds():
         ({"type": "number", "minimum": 1}, ["minimum", "number"]),
         (
             {"properties": {"a": {"type": "array", "uniqueItems": True}}},
-            ["uniqueItems", "a.uniqueItems"],
+            ["uniqueItems", "/properties/a/uniqueItems"],
         ),
-        ({"properties": {"e": {"type": "string", "format": "email"}}}, ["email", "e.format"]),
+        (
+            {"properties": {"e": {"type": "string", "format": "email"}}},
+            ["email", "/properties/e/format"],
+        ),
         ({"$ref": "https://example.com/s.json"}, ["$ref", "outside"]),
         ({"type": "integer", "minimum": 5, "maximum": 2}, ["no integer"]),
-        ({"not": {"type": "string"}}, ['"not"', "the top of the schema"]),
+        ({"not": {"type": "string"}}, ['"not"', "at /not"]),
         ([1, 2], ["object"]),
     ],
 )

@@ -8,7 +8,7 @@ import multiprocessing as mp
 
 import pytest
 from fakes.engines import ScriptedEngine
-from helpers import SIZE, run_cli, wait_until
+from helpers import SIZE, run_cli, screen_text, wait_until
 
 from chatapp import jsonfile, machine, paths
 from chatapp.chat.prompts import prompts_file, save_prompt, saved_prompts
@@ -55,6 +55,51 @@ async def test_a_broken_prompts_file_survives_an_f2_save():
     assert text.startswith(f"{prompts_file()} is not valid JSON (")
     assert text.endswith(f"; it was kept as {aside}, and chatapp starts a new prompts.json")
     assert kw["markup"] is False  # a path is data, never markup
+
+
+def note_of(app) -> str:
+    return str(app.screen.query_one("#prompt-note").render())
+
+
+async def test_f2_says_where_a_broken_prompts_file_went_in_its_note_and_a_notice():
+    """Broken before F2 opens (kept aside as it lists the prompts) and again while it is open
+    (kept aside by the save): each time the dialog's note names the file it was kept as, and
+    the notice on the screen gives the whole path."""
+    prompts_file().parent.mkdir(parents=True, exist_ok=True)
+    prompts_file().write_text(HAND_EDITED)
+    app = ChatApp(lambda: ScriptedEngine())
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await pilot.press("f2")
+        await wait_until(pilot, lambda: isinstance(app.screen, SystemPromptScreen))
+        [first] = kept_aside(prompts_file())
+        assert note_of(app) == f"prompts.json did not parse: kept as {first.name}"
+        prompts_file().write_text("[1, 2]")  # broken again by hand, the dialog open
+        app.screen.query_one("#system-text").text = "Answer in one line."
+        app.screen.query_one("#prompt-name").value = "gamma"
+        await pilot.click("#save-as")
+        [second] = [p for p in kept_aside(prompts_file()) if p != first]
+        assert note_of(app) == f"saved as gamma; prompts.json did not parse: kept as {second.name}"
+        told = [n.message for n in app._notifications if n.title == "Saved file kept aside"]
+        assert [m.split("; it was kept as ")[1] for m in told] == [
+            f"{first}, and chatapp starts a new prompts.json",
+            f"{second}, and chatapp starts a new prompts.json",
+        ]
+        await pilot.pause()
+        assert "Saved file kept aside" in screen_text(app)  # drawn, over the dialog
+    assert first.read_text() == HAND_EDITED and second.read_text() == "[1, 2]"
+    assert saved_prompts() == {"gamma": "Answer in one line."}
+
+
+def test_the_cli_says_on_stderr_where_a_broken_prompts_file_went():
+    prompts_file().parent.mkdir(parents=True, exist_ok=True)
+    prompts_file().write_text(HAND_EDITED)
+    r = run_cli("ask", "hi", "--system", "@reviewer")  # read to find @reviewer: kept aside
+    [aside] = kept_aside(prompts_file())
+    assert aside.read_text() == HAND_EDITED
+    warning, error = r.stderr.strip().splitlines()
+    assert warning.startswith(f"warning: {prompts_file()} is not valid JSON (")
+    assert warning.endswith(f"; it was kept as {aside}, and chatapp starts a new prompts.json")
+    assert error.startswith("error: there is no system prompt named reviewer") and r.returncode == 2
 
 
 @pytest.mark.parametrize(

@@ -482,7 +482,13 @@ def test_greedy_output_with_drafts_is_the_same_on_the_bundled_model():
     attention over the threads and sum in another order, and without flash attention batches
     do from the start: tests/engine/test_exact_drafts.py.)"""
     task = next(t for t in HELD_OUT if t.name == "list reorder")
-    opts = LoadOptions(model_path=str(smollm2_path()), n_ctx=1024, n_gpu_layers=0, flash_attn=True)
+    opts = LoadOptions(
+        model_path=str(smollm2_path()),
+        n_ctx=1024,
+        n_gpu_layers=0,
+        flash_attn=True,
+        exact_batches=True,
+    )
     messages = (ChatMessage("user", task.prompt),)
     with LocalEngine(opts) as eng:
         plain = _run(eng, messages=messages, n=140)

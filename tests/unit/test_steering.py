@@ -15,14 +15,13 @@ from chatapp.chat.session import ChatSession
 from chatapp.engine import control_vector, steer_library
 from chatapp.engine.protocol import Failed, GenerateRequest, SteeringApplied
 from chatapp.engine.remote.client import RemoteEngine
+from chatapp.engine.steer_checks import parse_layers, parse_steer
 from chatapp.engine.steering import (
     REMOTE_NOTE,
     Steering,
     SteeringError,
     SteeringUnavailable,
     SteerVector,
-    parse_layers,
-    parse_steer,
 )
 from chatapp.history.store import Store
 
@@ -189,7 +188,7 @@ def test_a_vector_of_another_width_is_refused_in_one_sentence(tmp_path, model_pa
     [
         ("happy", "takes NAME:STRENGTH"),
         ("happy:lots", "is not a number"),
-        ("happy:1e9", "between -100 and 100"),
+        ("happy:1e9", "from -4 to 4"),
         (":3", "takes NAME:STRENGTH"),
     ],
 )
@@ -272,16 +271,15 @@ def test_chat_steer_gives_the_app_s_session_its_steering(fresh_dirs, model_path,
     from chatapp.engine.protocol import LoadOptions
     from chatapp.ui.launch import build_app
 
-    with pytest.raises(SteeringError, match="no vector named 'happy' is kept"):
-        steering_option(["happy:2"], None, model_path, None)  # made by ask or steer make first
-    path = steer_library.vector_path(model_path, "happy")
+    options = LoadOptions(model_path=model_path)
+    path = steer_library.vector_path(model_path, "happy")  # (made: test_steer_checks makes it)
     control_vector.write(path, _vector(n_layers=30, width=576))
-    steering = steering_option(["happy:2"], "4-9", model_path, None)
+    steering = steering_option(["happy:2"], "4-9", options, None)
     assert steering == Steering((SteerVector("happy", str(path), 2.0),), 4, 9)
-    app = build_app(LoadOptions(model_path=model_path), steering=steering)
+    app = build_app(options, steering=steering)
     assert app.chat_screen.session.steering == steering
     with pytest.raises(SteeringError, match="goes past them"):
-        steering_option(["happy:2"], "4-31", model_path, None)
+        steering_option(["happy:2"], "4-31", options, None)
 
 
 def test_an_older_database_gains_the_steering_column(fresh_dirs):

@@ -87,6 +87,11 @@ def hub_errors(repo: str, filename: str = "") -> Iterator[None]:
         ) from exc
     except (errors.EntryNotFoundError, errors.RevisionNotFoundError) as exc:
         raise HubError(f"the Hub has no {what}: see `chatapp pull {repo} --list`") from exc
+    except errors.HFValidationError as exc:  # (specs.parse_spec refuses these first)
+        raise HubError(
+            f"{repo!r} is not a name the Hub takes ({exc}): check the name, or find one with "
+            "`chatapp search`"
+        ) from exc
     except errors.OfflineModeIsEnabled as exc:
         raise offline_error(what) from exc
     except errors.HfHubHTTPError as exc:

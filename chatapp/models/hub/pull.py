@@ -198,12 +198,9 @@ def resolve_hf(spec: ModelSpec) -> Path:
         if missing:
             raise incomplete(spec, missing, len(split_names(hit[0].filename)))
         return hit[1][hit[0].filename]
-    from chatapp.progress import ProgressBar
+    from chatapp.progress import bars
 
     print(f"pulling {spec.text} from the Hugging Face Hub", file=sys.stderr)
-    pulled = pull(
-        spec,
-        progress=lambda name: ProgressBar(name, unit="bytes"),
-        say=lambda line: print(line, file=sys.stderr),
-    )
+    with bars("bytes") as bar:
+        pulled = pull(spec, progress=bar, say=lambda line: print(line, file=sys.stderr))
     return pulled.path

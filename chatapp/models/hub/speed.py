@@ -18,7 +18,7 @@ CALIBRATION_PROMPT = "Tell a long story about a lighthouse keeper and the sea."
 class Calibration:
     """This machine's memory read rate and the bundled model's decode."""
 
-    bytes_per_s: float  # memory read, all cores (numpy, a buffer far larger than the caches)
+    bytes_per_s: float  # memory read, every usable CPU (numpy, a buffer far larger than the caches)
     decode_tps: float  # the bundled model's greedy decode here
     model: str
     n_params: int  # the bundled model's
@@ -36,15 +36,16 @@ class Calibration:
 
 
 def read_bandwidth(mib: int = 512, repeats: int = 5) -> float:
-    """Bytes/s read from memory by every core at once (the best of a few passes over a
-    buffer much larger than the CPU's caches; numpy's sum releases the GIL)."""
-    import os
+    """Bytes/s read from memory by every CPU this process may use at once (the best of a few
+    passes over a buffer much larger than the CPU's caches; numpy's sum releases the GIL)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import numpy as np
 
+    from chatapp.cpus import usable_cpus
+
     data = np.ones(mib * 2**20 // 8)
-    threads = os.cpu_count() or 1
+    threads = usable_cpus()
     parts = np.array_split(data, threads)
     best = 0.0
     with ThreadPoolExecutor(threads) as pool:

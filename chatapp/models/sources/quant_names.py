@@ -12,7 +12,7 @@ _QUANT = re.compile(
     r"((?:UD-)?(?:[IT]?Q\d+(?:_[0-9A-Z]+)*|BF16|FP16|FP32|F16|F32|MXFP4(?:_MOE)?|NVFP4))"
     r"(?![A-Z0-9])"
 )
-_SPLIT = re.compile(r"(?i)-(\d{5})-of-(\d{5})\.gguf$")
+_SPLIT = re.compile(r"(?i)-([0-9]{5})-of-([0-9]{5})\.gguf\Z")  # \Z: the very end
 
 
 def quant_from_name(filename: str) -> str:

@@ -14,6 +14,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from chatapp.engine.protocol import LoadOptions
 from chatapp.metrics import median
 
@@ -174,10 +176,10 @@ class TerminalBench:
 def _cpu_seconds(pid: int) -> float:
     """utime + stime of one process (not its children: the model worker is not counted)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return times.user + times.system
 
 
 def _toml(value: bool) -> str:

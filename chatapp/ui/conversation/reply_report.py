@@ -18,9 +18,7 @@ class ReplyReport:
 
     def note(self, ev: Finished, model: str, first_paint_s: float | None = None) -> str:
         st = ev.stats
-        ui_s = None
-        if first_paint_s is not None and st.ttft_s is not None:
-            ui_s = first_paint_s - st.ttft_s
+        ui_s = breakdown.ui_share(st, first_paint_s)
         lines = [f"why: {breakdown.verdict(st, ui_s=ui_s)}"]
         if len(ev.alternatives) > 1:
             n = len(ev.alternatives)

@@ -90,11 +90,12 @@ class ModelCardScreen(ModalScreen[None]):
                 yield Input(
                     f"{DEFAULT_PARAMS_B:g}",
                     type="number",
-                    validators=[Number(0.01, 2000)],
+                    validators=[Number(*fit.WHAT_IF_PARAMS_B)],
                     id="whatif-params",
                 )
                 yield Label("memory GiB")
-                yield Input("", type="number", validators=[Number(0.01, 100_000)], id="whatif-mem")
+                memory = Number(*fit.WHAT_IF_MEMORY_GIB)
+                yield Input("", type="number", validators=[memory], id="whatif-mem")
             yield Static("", id="what-if")
             yield Static("Esc closes", id="card-hint")
 

@@ -16,6 +16,7 @@ from textual.screen import ModalScreen
 from textual.validation import Integer
 from textual.widgets import Button, DataTable, Input, Label, Static, TabbedContent, TabPane
 
+from chatapp.config import CTX_RANGE
 from chatapp.engine.protocol import ALL_GPU_LAYERS, LoadOptions, gpu_layer_total
 from chatapp.errors import ModelFileError
 from chatapp.gguf.header import ModelCard, card_from_header, read_header
@@ -28,7 +29,7 @@ from chatapp.ui.widgets.get_models import GetModelsView
 from chatapp.ui.widgets.hub_downloads import DownloadState, HubFile
 from chatapp.ui.widgets.model_card import CardView, FitView, machine_memory
 
-MIN_CTX, MAX_CTX = 64, 1 << 20
+MIN_CTX, MAX_CTX = CTX_RANGE  # (as --ctx and config.toml's n_ctx)
 Machine = Callable[[], tuple[int | None, int | None]]
 
 

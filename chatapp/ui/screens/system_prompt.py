@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -9,6 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
+from chatapp import jsonfile
 from chatapp.chat.prompts import PromptError, all_prompts, delete_prompt, save_prompt
 from chatapp.config import Config
 from chatapp.ui.literal import literal
@@ -57,7 +60,10 @@ class SystemPromptScreen(ModalScreen[str | None]):
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
-        self.refill()
+        with jsonfile.kept_aside() as aside:
+            self.refill()
+        if aside:
+            self.note(_aside_note(aside).removeprefix("; "))
         self.query_one("#system-text", TextArea).focus()
 
     def refill(self, select: str | None = None) -> None:
@@ -84,13 +90,14 @@ class SystemPromptScreen(ModalScreen[str | None]):
 
     def action_save_as(self) -> None:
         name = self.query_one("#prompt-name", Input).value
-        try:
-            save_prompt(name, self.query_one("#system-text", TextArea).text)
-        except PromptError as exc:
-            self.note(str(exc))
-            return
+        with jsonfile.kept_aside() as aside:
+            try:
+                save_prompt(name, self.query_one("#system-text", TextArea).text)
+            except PromptError as exc:
+                self.note(str(exc) + _aside_note(aside))
+                return
         self.refill(select=name.strip())
-        self.note(f"saved as {name.strip()}")
+        self.note(f"saved as {name.strip()}" + _aside_note(aside))
 
     def action_delete(self) -> None:
         names = self.query_one("#prompt-names", OptionList)
@@ -98,13 +105,14 @@ class SystemPromptScreen(ModalScreen[str | None]):
             self.note("pick the prompt to delete on the left")
             return
         name = names.get_option_at_index(names.highlighted).id or ""
-        try:
-            delete_prompt(name, self.config)
-        except PromptError as exc:
-            self.note(str(exc))
-            return
+        with jsonfile.kept_aside() as aside:
+            try:
+                delete_prompt(name, self.config)
+            except PromptError as exc:
+                self.note(str(exc) + _aside_note(aside))
+                return
         self.refill()
-        self.note(f"deleted {name}")
+        self.note(f"deleted {name}" + _aside_note(aside))
 
     def action_save(self) -> None:
         self.dismiss(self.query_one("#system-text", TextArea).text.strip())
@@ -116,3 +124,12 @@ class SystemPromptScreen(ModalScreen[str | None]):
         actions = {"save": self.action_save, "save-as": self.action_save_as}
         actions.update({"delete": self.action_delete, "cancel": self.action_cancel})
         actions[event.button.id or "cancel"]()
+
+
+def _aside_note(aside: list[Path]) -> str:
+    """'; prompts.json did not parse: kept as prompts.json.broken-...' ('' when none was): the
+    notice beside it gives the whole path."""
+    if not aside:
+        return ""
+    kept = aside[-1]
+    return f"; {kept.name.partition('.broken-')[0]} did not parse: kept as {kept.name}"

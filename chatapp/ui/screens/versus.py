@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,6 +13,7 @@ from textual.widgets import Footer, Static
 from chatapp.chat.recorder import ChatHistory
 from chatapp.chat.session import ChatSession
 from chatapp.config import Config
+from chatapp.cpus import usable_cpus
 from chatapp.engine.protocol import EngineError, Finished, Token
 from chatapp.sampling import SamplerSettings
 from chatapp.ui.conversation.pane import ConversationPane
@@ -221,7 +221,7 @@ class VersusScreen(Screen):
         mine = self.columns[side].pane.session.info
         if len(on_cpu) < 2 or mine is None:
             return ""
-        return f" · {mine.n_threads} of {os.cpu_count() or 1} cores, shared"
+        return f" · {mine.n_threads} of {usable_cpus()} cores, shared"
 
     # ---- one prompt, two replies ------------------------------------------------------------
 

@@ -79,7 +79,7 @@ class CompareSetup(Vertical):
         ctx = DEFAULT_TEXT_CTX
         if text is not None:
             text = str(paths.expand_user(text))
-            if not Path(text).is_file():
+            if not _is_file(text):
                 return f"no text file at {text}"
             if not self._valid("#cmp-ctx"):
                 return f"ctx must be a whole number from 8 to {MAX_TEXT_CTX}"
@@ -94,3 +94,12 @@ class CompareSetup(Vertical):
         self.query_one("#cmp-text", Input).value = result.text_file
         if result.text_ctx:
             self.query_one("#cmp-ctx", Input).value = str(result.text_ctx)
+
+
+def _is_file(path: str) -> bool:
+    """Whether a file is there; a name the system cannot look up (longer than a file name
+    may be) is none."""
+    try:
+        return Path(path).is_file()
+    except OSError:
+        return False

@@ -277,11 +277,14 @@ class GetModelsView(Vertical):
         if not text:
             self._note("type what to search for, e.g. qwen3 4b", error=True)
             return
-        self._note(f"searching the Hub for {text!r}…")
         try:
             spec = parse_spec(text)
-        except ChatappError:
+        except ChatappError as exc:
+            if "/" in text and not any(c.isspace() for c in text):  # a USER/REPO, mistyped
+                self._note(str(exc), error=True)
+                return
             spec = None
+        self._note(f"searching the Hub for {text!r}…")
         self._typed_repo = spec.repo if spec is not None and spec.kind == "hf" else ""
         self._asked = (text, self._asked[1])
         self._search(text)

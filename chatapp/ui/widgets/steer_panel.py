@@ -11,7 +11,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widget import Widget
@@ -19,45 +19,17 @@ from textual.widgets import Button, Select, Static
 
 from chatapp.chat.session import ChatSession
 from chatapp.engine import control_vector, steer_library
-from chatapp.engine.protocol import Engine, EngineError, ModelInfo, SteeringApplied
+from chatapp.engine.protocol import Engine, ModelInfo, SteeringApplied
+from chatapp.engine.steer_checks import check_name, last_layer
 from chatapp.engine.steering import REMOTE_NOTE, Meter, Steering, SteeringError, SteerVector
-from chatapp.sampling import Bound, Sampler
+from chatapp.errors import ChatappError
 from chatapp.ui.literal import literal
 from chatapp.ui.widgets import steer_meter
 from chatapp.ui.widgets.inside import InsidePanel
 from chatapp.ui.widgets.sampler import Slider
 from chatapp.ui.widgets.steer_make import MakeBox
+from chatapp.ui.widgets.steer_rows import ABOUT, controls, failure, sentence, steerable
 from chatapp.ui.widgets.tokens import TokenPanel, TokenStrip
-
-STRENGTH = Bound(
-    -4.0, 4.0, 0.25, "S times the vector's direction is added to every token's residual stream "
-    "after each chosen layer (0: the model as it is)"
-)  # fmt: skip
-ABOUT = (
-    "A slider adds S times a concept's direction to the residual stream after each chosen "
-    "layer, from the next token on (F1 explains)."
-)
-
-
-def steerable(engine: Engine | None) -> bool:
-    """Whether this engine can make, apply and meter vectors: a local model (a server's
-    layers are not ours to add to)."""
-    return engine is not None and callable(getattr(engine, "residuals", None))
-
-
-def sentence(text: str) -> str:
-    """An error as a sentence: a capital first letter (a name in it is quoted, never first
-    bare), and a full stop unless it ends in punctuation already."""
-    text = text.strip()
-    return text[:1].upper() + text[1:] + ("" if text[-1:] in ".…:!?" else ".")
-
-
-def strength_row(name: str) -> Sampler:
-    return Sampler(name, STRENGTH, name[:8])
-
-
-def layer_row(name: str, label: str, top: int, what: str) -> Sampler:
-    return Sampler(name, Bound(1, max(top, 1), 1, what), label, whole=True)
 
 
 class SteerPanel(VerticalScroll):
@@ -168,40 +140,8 @@ class SteerPanel(VerticalScroll):
         await box.mount_all(self._controls(info))
 
     def _controls(self, info: ModelInfo) -> list[Widget]:
-        top = max(info.n_layers, 1)
-        start, end = self.layer_range[0] or 1, self.layer_range[1] or top
-        widgets: list[Widget] = [
-            Horizontal(
-                Button("Add", id="steer-add", compact=True),
-                Select(
-                    self.choices(info.path), prompt="pick a vector", id="steer-choice", compact=True
-                ),
-                id="steer-pick",
-                classes="steer-row",
-            )
-        ]
-        for i, v in enumerate(self.vectors):
-            slider = Slider(v.name, v.strength, id=f"steer-strength-{i}", row=strength_row(v.name))
-            slider.tooltip = f"{v.name}: {STRENGTH.help} (Delete takes it off)"
-            widgets.append(slider)
-        if not self.vectors:
-            widgets.append(Static("(no vector in use)", classes="steer-title"))
-        widgets += [
-            Static("added after the layers:", classes="steer-title"),
-            Slider("from", start, id="steer-from", row=layer_row("from", "from", top, "first")),
-            Slider("to", end, id="steer-to", row=layer_row("to", "to", top, "last layer")),
-            Horizontal(
-                Button("Meter (m)", id="steer-meter", compact=True),
-                Slider(
-                    "meter at",
-                    self.meter_layer or max(top // 2, 1),
-                    id="steer-meter-layer",
-                    row=layer_row("meter at", "layer", max(top - 1, 1), "the layer coloured"),
-                ),
-                classes="steer-row",
-            ),
-        ]
-        return widgets
+        choices = self.choices(info.path)
+        return controls(choices, self.vectors, self.layer_range, self.meter_layer, info.n_layers)
 
     def choices(self, model_path: str) -> list[tuple[Text, str]]:
         """The vectors kept for the model, then the built-in pairs not made for it yet."""
@@ -254,8 +194,8 @@ class SteerPanel(VerticalScroll):
             steering = steer_library.steering_for(
                 [(name, 0.0)], model_path, engine=engine, notes=notes
             )
-        except (EngineError, OSError) as exc:
-            self.post_message(self.Added(None, str(exc)))
+        except Exception as exc:  # every error ends the making with a sentence
+            self.post_message(self.Added(None, failure(exc)))
             return
         self.post_message(self.Added(steering.vectors[0], "; ".join(notes)))
 
@@ -286,7 +226,7 @@ class SteerPanel(VerticalScroll):
 
     def _layers_moved(self, wid: str, value: int) -> None:
         """The layer range (the other end follows where they would cross)."""
-        top = self.info.n_layers if self.info else value
+        top = last_layer(self.info.n_layers) if self.info else value
         start, end = self.layer_range[0] or 1, self.layer_range[1] or top
         start, end = (value, max(end, value)) if wid == "steer-from" else (min(start, value), value)
         self.layer_range = (start, end)
@@ -300,8 +240,8 @@ class SteerPanel(VerticalScroll):
         steering = Steering(tuple(self.vectors), *self.layer_range)
         try:
             live = self.session.change_steering(steering)
-        except SteeringError as exc:
-            self.say(str(exc), error=True)
+        except (ChatappError, OSError) as exc:  # a bad vector, a crashed worker
+            self.say(f"the steering did not reach the model: {failure(exc)}", error=True)
             return
         shown = ", ".join(f"{v.name} {v.strength:+.2f}" for v in self.vectors) or "none"
         when = "sent: applies from the next token…" if live else "applies to the next reply"
@@ -335,7 +275,7 @@ class SteerPanel(VerticalScroll):
             self.say("Type a name for the vector first (letters, digits, _ - .).", error=True)
             return
         try:
-            steer_library.check_name(name)
+            check_name(name)
             pair = steer_library.Pair(name, box.examples("positive"), box.examples("negative"))
             target = steer_library.vector_path(info.path, name)
         except SteeringError as exc:
@@ -358,8 +298,8 @@ class SteerPanel(VerticalScroll):
         try:
             vector_made = steer_library.make_vector(engine, pair)
             control_vector.write(target, vector_made, replace=False)
-        except (EngineError, OSError, SteeringError) as exc:
-            self.post_message(self.Added(None, f"{pair.name!r} was not made: {exc}"))
+        except Exception as exc:  # every error ends the making with a sentence
+            self.post_message(self.Added(None, f"{pair.name!r} was not made: {failure(exc)}"))
             return
         vector = SteerVector(pair.name, str(target), 0.0)
         self.post_message(self.Added(vector, f"made {pair.name!r} -> {target}"))
@@ -391,8 +331,8 @@ class SteerPanel(VerticalScroll):
     def _meter(self, engine, vector: SteerVector, pieces: list[bytes]) -> None:
         try:
             found = engine.meter(steer_meter.reply_text(pieces), control_vector.read(vector.path))
-        except EngineError as exc:
-            self.post_message(self.Metered(None, vector.name, pieces, str(exc)))
+        except Exception as exc:  # (a crashed worker, a vector file gone)
+            self.post_message(self.Metered(None, vector.name, pieces, failure(exc)))
             return
         self.post_message(self.Metered(found, vector.name, pieces))
 

@@ -18,7 +18,8 @@ import numpy as np
 
 from chatapp.engine import control_vector
 from chatapp.engine.protocol import Notice, SteeringApplied
-from chatapp.engine.steer_library import check_width
+from chatapp.engine.steer_checks import check_layers
+from chatapp.engine.steer_library import check_vector
 from chatapp.engine.steering import STEERING_OFF, Steering, SteeringError
 
 if TYPE_CHECKING:
@@ -86,6 +87,8 @@ class ContextSteering:
         if not key:
             lib.llama_set_adapter_cvec(w.ctx, None, 0, self.n_embd, -1, -1)
         else:
+            model = os.path.basename(self.w.options.model_path)
+            check_layers(steering.layer_start, steering.layer_end, self.n_layers, model)
             data = control_vector.combined(loaded, self.n_layers)
             start, end = steering.layers(self.n_layers)
             ptr = data.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
@@ -116,7 +119,7 @@ class ContextSteering:
         if vector is None:
             vector = control_vector.read(path)
             model = os.path.basename(self.w.options.model_path)
-            check_width(vector, name, path, self.n_embd, model)
+            check_vector(vector, name, path, model, self.n_embd, self.n_layers)
             self._files[stamp] = vector
         return vector, stamp
 

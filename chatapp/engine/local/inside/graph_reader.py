@@ -20,7 +20,7 @@ FAULT_ENV = "CHATAPP_FAULT_INSIDE"
 """Tests: "raise" makes the callback raise once, on the first tensor of the worker's first
 capture; "raise:always" on every tensor of every capture. The graph must still run to its end."""
 
-_NAME = re.compile(rb"^(l_out|kq_soft_max)-(\d+)$")
+_NAME = re.compile(rb"(l_out|kq_soft_max)-([0-9]+)")
 
 
 class _TensorHead(ctypes.Structure):
@@ -90,7 +90,7 @@ class GraphReader:
         if not self.armed:
             return not ask  # not wanted; and a computed node always lets the graph go on
         try:
-            match = _NAME.match(self._name_of(tensor) or b"")
+            match = _NAME.fullmatch(self._name_of(tensor) or b"")
             if ask:
                 return match is not None and (not self.every_row or match.group(1) == b"l_out")
             if match is not None:

@@ -1,6 +1,7 @@
 """Tuned on first use: flash attention on and off, and the thread counts, timed on the loaded
-model in short slices while the worker is idle (a reply always goes first), then applied to
-the main context without reloading the model, and saved for this file, machine and build.
+model one decode a step while the worker is idle (a request always goes first: a step in
+progress stops at once when one comes), then applied to the main context without reloading
+the model, and saved for this file, machine and build.
 
 `chatapp tune` measures more (repack, which needs a reload; more depths and tokens); this is
 what a new user gets without knowing it exists. Each configuration decodes on a scratch
@@ -12,13 +13,14 @@ import ctypes
 import os
 import statistics
 import time
+from collections import deque
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from chatapp import machine
 from chatapp.cpu_load import OtherPrograms, share_of_cpu
-from chatapp.engine.local.load import tune_measurements
+from chatapp.engine.local.load import stop_flag, tune_measurements
 
 if TYPE_CHECKING:
     from chatapp.engine.local.load.loaded_model import LoadedModel
@@ -27,10 +29,11 @@ DECODE_TOKENS = 12  # tokens timed per configuration, depth and round (after one
 ROUNDS = 2  # each configuration is timed this often at each depth, interleaved
 DEEP = 512  # the deeper depth, where flash attention's worth shows on a CPU
 PREFILL_BUDGET_S = 4.0  # a slow model stops prefilling here: its deep depth is where it got
-SLICE_S = 0.1  # the longest piece of work between two looks at the pipe
+SLICE_S = 0.1  # a prefill chunk's aim (a step stops sooner when a request comes)
 SCRATCH_CTX = 1024  # cells of a scratch context: attends as a chat's does up to DEEP + tokens
 BUSY_SHARE = 0.25  # other programs used more of the CPUs than this: applied, not saved
 BUSY_ENV = "CHATAPP_AUTOTUNE_BUSY_SHARE"  # tests on a shared machine raise the bar
+TIMELINE = 4000  # turns kept: the tune's steps and the requests served between them
 
 
 @dataclass
@@ -58,12 +61,27 @@ class Trial:
 
 
 class AutoTune:
-    """The measurement as a generator of slices: `step()` does one and says whether more
-    remain; `status` is read by the side pipe's thread (a new dict each time, never mutated)."""
+    """The measurement as a generator of steps, one decode each: `step()` does one and says
+    whether more remain; `status` is read by the side pipe's thread (a new dict each time,
+    never mutated). `stop_flag`: a flag (stop_flag.py) that, once set, stops the step's decode
+    where it is (the worker's parent sets it when it sends a request); the decode is made
+    again at the next step. `timeline`: (what, start, end, threads) of each step ("step", or
+    "stopped" for one cut short) and of each request served between them ("generate", ...,
+    with the threads the main context had), in order, on the clock of time.perf_counter."""
 
-    def __init__(self, w: LoadedModel, free: dict[str, bool], n_gpu_layers: int) -> None:
+    def __init__(
+        self,
+        w: LoadedModel,
+        free: dict[str, bool],
+        n_gpu_layers: int,
+        stop_flag: ctypes.Array[ctypes.c_byte] | None = None,
+    ) -> None:
         self.w = w
         self.n_gpu_layers = n_gpu_layers
+        self.stop_flag = stop_flag
+        self._watchers: list = []  # the scratch contexts' abort callbacks, kept alive
+        self.timeline: deque[tuple[str, float, float, int]] = deque(maxlen=TIMELINE)
+        self._stopped = False
         current = w.info
         fas = [False, True] if free.get("flash_attn") else [bool(current.flash_attn)]
         threads = tune_measurements.thread_counts() if free.get("threads") else [current.n_threads]
@@ -71,21 +89,30 @@ class AutoTune:
         self.total = len(self.trials) * 2 * ROUNDS
         self.done = 0
         self.status: dict = {"state": "tuning", "done": 0, "total": self.total}
-        self._slices = self._run()
+        self._steps = self._run()
 
     def step(self) -> bool:
-        """One slice; False when the tune has ended (applied, or failed: see status)."""
+        """One step; False when the tune has ended (applied, or failed: see status)."""
+        t0, self._stopped = time.perf_counter(), False
         try:
-            next(self._slices)
-            return True
+            next(self._steps)
+            more = True
         except StopIteration:
-            return False
+            more = False
         except Exception as exc:  # a tune that fails leaves the model as it was
             self.status = {"state": "failed", "error": str(exc)}
-            return False
+            more = False
+        self.timeline.append(("stopped" if self._stopped else "step", t0, time.perf_counter(), 0))
+        if not more and self.status.get("state") == "done":
+            self.status = {**self.status, "timeline": list(self.timeline)}
+        return more
+
+    def served(self, kind: str, start: float, end: float, threads: int) -> None:
+        """A request was served between two steps, the main context on `threads`."""
+        self.timeline.append((kind, start, end, threads))
 
     def stop(self) -> None:
-        self._slices.close()  # frees a scratch context still open
+        self._steps.close()  # frees a scratch context still open
 
     def _run(self) -> Generator[None, None, None]:
         self._others = OtherPrograms(children=False)
@@ -99,6 +126,7 @@ class AutoTune:
         try:
             for fa in sorted({t.flash_attn for t in self.trials}):
                 contexts[fa] = self._scratch(fa)
+                yield
             yield from self._measure(contexts, ids)
         finally:
             for ctx in contexts.values():
@@ -125,29 +153,40 @@ class AutoTune:
                 yield from self._time(contexts[trial.flash_attn], trial, depth, ids)
 
     def _fill(self, ctx, ids: list[int], limit: int) -> Generator[None, None, int]:
-        """Prefill a scratch context up to `limit` tokens, in slices, within the budget of
-        PREFILL_BUDGET_S; returns the depth reached."""
-        lib = self.w.lib
-        depth, chunk, t0 = 0, 16, time.perf_counter()
-        while depth < limit and time.perf_counter() - t0 < PREFILL_BUDGET_S:
+        """Prefill a scratch context up to `limit` tokens, a chunk a step, within PREFILL_BUDGET_S
+        of its own decoding (replies served meanwhile do not count); returns the depth reached."""
+        depth, chunk, spent = 0, 4, 0.0
+        while depth < limit and spent < PREFILL_BUDGET_S:
             n = min(chunk, limit - depth)
-            took = _decode(lib, ctx, ids[depth : depth + n])
+            took = yield from self._decoded(ctx, ids[depth : depth + n], depth)
             depth += n
+            spent += took
             chunk = max(1, min(256, int(n * SLICE_S / max(took, 1e-6))))
-            yield
         return depth
 
     def _time(self, ctx, trial: Trial, depth: int, ids: list[int]) -> Iterator[None]:
-        lib = self.w.lib
-        lib.llama_set_n_threads(ctx, trial.threads, trial.threads)
-        _decode(lib, ctx, [ids[depth]])  # untimed: the new thread count's first step
+        self.w.lib.llama_set_n_threads(ctx, trial.threads, trial.threads)
+        # untimed: the new thread count's first step
+        yield from self._decoded(ctx, [ids[depth]], depth)
         times = trial.times.setdefault(depth, [])
-        for i in range(DECODE_TOKENS):
-            times.append(_decode(lib, ctx, [ids[depth + 1 + i]]))
-            if i % 4 == 3:
-                yield
+        for pos in range(depth + 1, depth + 1 + DECODE_TOKENS):
+            times.append((yield from self._decoded(ctx, [ids[pos]], pos)))
         self.done += 1
         self.status = {"state": "tuning", "done": self.done, "total": self.total}
+
+    def _decoded(self, ctx, tokens: list[int], pos: int) -> Generator[None, None, float]:
+        """Decode `tokens` at `pos` of a scratch context as one step; a decode stopped by the
+        flag is dropped from the context and made again at the next step. The seconds that the
+        decode which ran whole took."""
+        lib = self.w.lib
+        while True:
+            took = _decode(lib, ctx, tokens)
+            if took is not None:
+                yield
+                return took
+            self._stopped = True
+            lib.llama_memory_seq_rm(lib.llama_get_memory(ctx), -1, pos, -1)
+            yield
 
     def _scratch(self, flash_attn: bool):
         lib = self.w.lib
@@ -161,6 +200,8 @@ class AutoTune:
         ctx = lib.llama_init_from_model(self.w.model, params)
         if not ctx:
             raise RuntimeError("llama.cpp could not make a scratch context to tune on")
+        if self.stop_flag is not None:
+            self._watchers.append(stop_flag.watch(lib, ctx, self.stop_flag))
         return ctx
 
     def _filler(self, n: int) -> list[int]:
@@ -213,12 +254,18 @@ class AutoTune:
         )
 
 
-def _decode(lib, ctx, tokens: list[int]) -> float:
-    """Decode tokens at the end of the scratch context's sequence; the seconds it took."""
+ABORTED = 2  # llama_decode's code for a decode its abort callback stopped
+
+
+def _decode(lib, ctx, tokens: list[int]) -> float | None:
+    """Decode tokens at the end of the scratch context's sequence; the seconds it took, or None
+    when the stop flag stopped it."""
     arr = (ctypes.c_int32 * len(tokens))(*tokens)
     t0 = time.perf_counter()
     code = lib.llama_decode(ctx, lib.llama_batch_get_one(arr, len(tokens)))
     lib.llama_synchronize(ctx)
+    if code == ABORTED:
+        return None
     if code != 0:
         raise RuntimeError(f"llama_decode failed while tuning (code {code})")
     return time.perf_counter() - t0

@@ -6,6 +6,7 @@ import signal
 from dataclasses import replace
 
 from chatapp import machine
+from chatapp.cpus import usable_cpus
 from chatapp.engine.protocol import LoadOptions
 
 CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGILL, signal.SIGBUS)
@@ -29,7 +30,9 @@ def choose(options: LoadOptions) -> tuple[LoadOptions, bool]:
         changes["adapt_threads"] = False  # the user's count (--threads, config) is kept
     if best and runs_as_tuned(best, options):
         if options.n_threads is None and isinstance(best.get("threads"), int):
-            changes["n_threads"] = best["threads"]
+            # Tuned with the whole machine; this process may have fewer CPUs (taskset, a
+            # container's quota): never more threads than it can run at once.
+            changes["n_threads"] = max(1, min(best["threads"], usable_cpus()))
         exact = options.exact_batches  # (it needs flash attention: the tune's choice waits)
         if options.flash_attn is None and not exact and isinstance(best.get("flash_attn"), bool):
             changes["flash_attn"] = best["flash_attn"]

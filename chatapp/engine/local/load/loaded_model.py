@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chatapp.cpu_load import OtherPrograms
+from chatapp.cpu_load import LoadWatch
 from chatapp.engine.local.load import chat_template, huge_pages
 from chatapp.engine.local.load.llama_open import fill_batch, open_llama
 from chatapp.engine.local.load.thread_governor import ThreadGovernor
@@ -82,6 +82,7 @@ class LoadedModel:
         n_layers = llama_cpp.llama_model_n_layer(self.model)
         gpu_ok = bool(llama_cpp.llama_supports_gpu_offload())
         offloaded = _offloaded_layers(gpu_ok, options.n_gpu_layers, n_layers)
+        self._watch: LoadWatch | None = None
         self.governor = self._governor(options.threads, options.adapt_threads, offloaded < n_layers)
         exact = self.llama.context_params.type_v == llama_cpp.GGML_TYPE_Q8_0
         self.info = ModelInfo(
@@ -117,8 +118,15 @@ class LoadedModel:
             most,
             lambda n: self.lib.llama_set_n_threads(self.ctx, n, n),
             lambda n: self.lib.llama_set_n_threads(self.ctx, most, n),
-            OtherPrograms(children=False, max_age_s=1.0),
+            self._load_watch(),
         )
+
+    def _load_watch(self) -> LoadWatch:
+        """One background reader of the other programs' CPU use for the model's life (the
+        governor is made anew when the tune changes the count)."""
+        if self._watch is None:
+            self._watch = LoadWatch(children=False)
+        return self._watch
 
     def warm_up(self) -> int:
         """Run the backend once, as llama.cpp's own tools do, so a backend that crashes on this

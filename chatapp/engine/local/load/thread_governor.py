@@ -1,5 +1,6 @@
-"""The decode thread count, kept right while the machine changes: probe one fewer when steps
-slow down or another program takes a core, one more when the cores free up; keep what is faster."""
+"""The decode thread count, kept right while the machine changes: try one fewer when steps slow
+down or another program takes a core, one more when the cores free up; keep what is faster,
+judged on steps taken at both counts in turn."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-WINDOW = 6  # single-token steps timed at one count before it is judged
+WINDOW = 6  # single-token steps timed at one count before its pace is judged
+PAIRS = 4  # a probe times this many steps at each of the two counts, taken in turn
 SLOWER = 1.25  # a window this much slower than the quiet pace starts a probe downward
-FASTER = 0.95  # a probe is kept when its steps take at most this share of the time before
-HOPELESS = 2.0  # a probe's first steps this much slower than before end it at once
-HINT_EVERY_S = 0.25  # how often the other programs' CPU use is read (psutil: ~30 us)
+SPED_UP = 1.2  # a lowered count's window this much faster than its pace so far: probe one more
+FASTER = 0.95  # a probe the reading does not back is kept at this share of the time or less
+TIE = 1.05  # a probe the reading backs is kept unless it is this much slower
+HOPELESS = 2.0  # a probe's first steps this much slower than the other count's end it at once
+HINT_EVERY_S = 0.25  # how often the other programs' CPU use is looked at
 BUSY_CORES = 0.5  # other programs using this many cores or more: probe one thread fewer
 FREE_CORES = 0.3  # ... this few or fewer while running with fewer threads: probe one more
 UP_EVERY_S = 1.0  # with fewer threads than the most, try one more this often at least
@@ -25,15 +29,58 @@ class Switch:
 
     index: int
     threads: int
-    why: str  # "slower", "busy", "free", "retry", "back"
+    why: str  # "slower", "busy", "free", "retry", "start"
+
+
+@dataclass
+class Probe:
+    """A trial of another count: single steps alternate between the count before and the
+    trial, so both are timed under the same load (a load that comes and goes, as a build's
+    compiler processes do, made a window timed before the trial a false baseline)."""
+
+    before: int
+    trial: int
+    why: str
+    backed: bool  # the CPU reading says the trial suits the machine now: a tie keeps it
+    pace: float | None = None  # the count before's pace when the probe started, if known
+    times: dict[int, list[float]] = field(default_factory=dict)
+
+    def add(self, threads: int, seconds: float) -> None:
+        self.times.setdefault(threads, []).append(seconds)
+
+    def verdict(self) -> bool | None:
+        """Keep the trial (True), drop it (False), or time more steps (None). One count far
+        slower than the other decides at once: beside a build, a step on 2 threads can take
+        ten times one on 1, and four of them would cost more than the trial saves."""
+        trial, before = self.times.get(self.trial, []), self.times.get(self.before, [])
+        if len(trial) == 1 and not before and self.pace is not None:
+            if trial[0] > HOPELESS * self.pace:
+                return False  # one step far slower than the last window
+            if self.backed and trial[0] * HOPELESS < self.pace:
+                return True  # far faster, and the reading says why
+        if trial and before:
+            if len(trial) >= 2 and min(trial) > HOPELESS * max(before):
+                return False
+            if min(before) > HOPELESS * max(trial):
+                return True
+        if all(len(t) >= PAIRS for t in (trial, before)):
+            return self.kept()
+        return None
+
+    def kept(self) -> bool:
+        """Whether the trial count is kept: its median step against the count before's."""
+        trial = statistics.median(self.times[self.trial])
+        before = statistics.median(self.times[self.before])
+        return trial <= before * (TIE if self.backed else FASTER)
 
 
 @dataclass
 class ThreadGovernor:
     """Chooses the thread count between two decodes of a reply. `apply(n)` sets it on the live
-    context (llama_set_n_threads); `others()` returns the cores other programs used since the
-    last call (None where unknown). The count starts at `most`, the tuned quiet-machine best,
-    and only a measured window of steps keeps a change: a hint only starts a probe."""
+    context (llama_set_n_threads); `others()` returns the cores other programs use now (None
+    where unknown; cpu_load.LoadWatch keeps it fresh across idle gaps). The count starts at
+    `most`, the tuned quiet-machine best, and only steps timed at both counts keep a change: a
+    reading only starts a probe and breaks a tie."""
 
     most: int
     apply: Callable[[int], None]
@@ -42,10 +89,12 @@ class ThreadGovernor:
     clock: Callable[[], float] = time.perf_counter
     threads: int = 0
     switches: list[Switch] = field(default_factory=list)
+    probes: int = 0  # trials run, kept or not
     busy_cores: float | None = None  # other programs' cores at the last reading
     _window: list[float] = field(default_factory=list)
     _pace: dict[int, float] = field(default_factory=dict)  # the normal step time per count
-    _probe: tuple[int, float] | None = None  # (count before the probe, its window's median)
+    _probe: Probe | None = None
+    _judged: float | None = None  # the count now's pace when a probe last timed it
     _next_hint: float = 0.0
     _next_down: float = 0.0
     _next_up: float = 0.0
@@ -56,14 +105,22 @@ class ThreadGovernor:
         self.threads = self.threads or self.most
 
     def before_prefill(self) -> None:
-        """A prompt is about to be evaluated: with the count at its most and another program
-        busy now, the batch runs one thread short (a 2-core box with one core taken evaluates a
-        prompt ~3-8x faster on 1 thread than on 2); single-token steps then probe as usual."""
+        """A reply starts: read the machine now and start from the count it suits. Another
+        program busy: the prompt runs one thread short (a 2-core box with one core taken
+        evaluates a prompt ~3-8x faster on 1 thread than on 2) and the decode starts there,
+        on trial; the cores free again: back to the most, whatever the last reply ended on."""
+        if self._probe is not None:  # a trial left over from the last reply says nothing now
+            self._set_quietly(self._probe.before)
+            self._probe = None
+        self._window.clear()
+        now = self.clock()
         self.busy_cores = self.others()
-        self._next_hint = self.clock() + HINT_EVERY_S
-        if self.busy_cores is not None and self.busy_cores >= BUSY_CORES:
-            if self.threads == self.most:
-                self.apply_batch(self.threads - 1)
+        self._next_hint = now + HINT_EVERY_S
+        if self._busy():
+            if self.threads == self.most and self.most > 1:
+                self._start(self.most - 1, 0, "busy", backed=True)
+        elif self._free() and self.threads < self.most:
+            self._set(self.most, 0, "start")
 
     def after_prefill(self) -> None:
         """Back to the decode count for both single steps and draft batches."""
@@ -72,72 +129,93 @@ class ThreadGovernor:
     def step(self, seconds: float, index: int) -> None:
         """One single-token decode took `seconds`; it was token `index` of the reply."""
         now = self.clock()
-        self._window.append(seconds)
         if now >= self._next_hint:
             self._next_hint = now + HINT_EVERY_S
             self.busy_cores = self.others()
-            if self._probe is None and self._hinted(now, index):
-                return
-        if self._probe is not None and len(self._window) == 2:
-            if min(self._window) > self._probe[1] * HOPELESS:
-                self._judge(min(self._window), now, index)  # no need to wait for the window
-                return
+        if self._probe is not None:
+            self._probe_step(seconds, now, index)
+            return
+        self._window.append(seconds)
+        if self._hinted(now, index):
+            return
         if len(self._window) < WINDOW:
             return
         pace = statistics.median(self._window)
         self._window.clear()
-        if self._probe is not None:
-            self._judge(pace, now, index)
-            return
         normal = self._pace.get(self.threads)
         if normal is None or pace < normal:
             self._pace[self.threads] = pace
+        # steps at a lowered count much faster than when a probe last timed it: cores freed?
+        sped_up = self._judged is not None and pace * SPED_UP < self._judged
         if normal is not None and pace > normal * SLOWER and self._may_go_down(now):
-            self._start(self.threads - 1, pace, index, "slower")
-        elif self.threads < self.most and now >= self._next_up and not self._still_busy():
-            self._start(self.threads + 1, pace, index, "retry")
+            self._start(self.threads - 1, index, "slower", self._busy(), pace)
+        elif self.threads < self.most and not self._busy() and (sped_up or now >= self._next_up):
+            self._start(self.threads + 1, index, "retry", self._free(), pace)
 
-    def _still_busy(self) -> bool:
-        """Whether the last reading saw other programs on a core (then the count goes back up
-        when a reading sees them gone, not by trying it on a schedule)."""
+    def _busy(self) -> bool:
         return self.busy_cores is not None and self.busy_cores >= BUSY_CORES
+
+    def _free(self) -> bool:
+        return self.busy_cores is not None and self.busy_cores <= FREE_CORES
 
     def _may_go_down(self, now: float) -> bool:
         return self.threads > 1 and now >= self._next_down
 
     def _hinted(self, now: float, index: int) -> bool:
         """Start a probe when the other programs' CPU use says the count may be wrong."""
-        busy = self.busy_cores
-        if busy is None:
-            return False
-        pace = statistics.median(self._window)
-        if busy >= BUSY_CORES and self.threads == self.most and self._may_go_down(now):
-            self._start(self.threads - 1, pace, index, "busy")
+        if self._busy() and self.threads == self.most and self._may_go_down(now):
+            self._start(self.threads - 1, index, "busy", backed=True)
             return True
-        if busy <= FREE_CORES and self.threads < self.most and now >= self._next_up - 0.5:
-            self._start(self.threads + 1, pace, index, "free")
+        if self._free() and self.threads < self.most and now >= self._next_up - 0.5:
+            self._start(self.threads + 1, index, "free", backed=True)
             return True
         return False
 
-    def _start(self, threads: int, pace: float, index: int, why: str) -> None:
-        self._probe = (self.threads, pace)
-        self._set(threads, index, why)
+    def _start(
+        self, trial: int, index: int, why: str, backed: bool, pace: float | None = None
+    ) -> None:
+        """Try `trial` threads against the count now; `pace`: the count now's last window."""
+        self.probes += 1
+        if pace is None and self._window:
+            pace = statistics.median(self._window)
+        self._probe = Probe(self.threads, trial, why, backed, pace)
+        self._window.clear()
+        self._set_quietly(trial)
 
-    def _judge(self, pace: float, now: float, index: int) -> None:
-        """A probe's window is done: keep its count if it was faster, else go back."""
-        before, before_pace = self._probe or (self.threads, pace)
+    def _probe_step(self, seconds: float, now: float, index: int) -> None:
+        """Time this step for its count, then decode the next at the other count; judge when
+        both have their steps."""
+        probe = self._probe
+        assert probe is not None
+        probe.add(self.threads, seconds)
+        verdict = probe.verdict()
+        if verdict is not None:
+            self._judge(probe, verdict, now, index)
+        else:
+            other = probe.before if self.threads == probe.trial else probe.trial
+            self._set_quietly(other)
+
+    def _judge(self, probe: Probe, kept: bool, now: float, index: int) -> None:
+        """Keep the trial count, or go on at the count before; a lost probe waits longer
+        before the next one the same way."""
         self._probe = None
-        went_down = self.threads < before
-        if pace <= before_pace * FASTER:
-            self._pace[self.threads] = pace
+        went_down = probe.trial < probe.before
+        if kept:
+            self._set_quietly(probe.trial)
+            self.switches.append(Switch(index, probe.trial, probe.why))
+            self._pace[probe.trial] = self._judged = statistics.median(probe.times[probe.trial])
             if went_down:
                 self._wait_down = UP_EVERY_S
             else:
                 self._wait_up = UP_EVERY_S
             self._next_up = now + UP_EVERY_S
             return
-        self._set(before, index, "back")
-        self._pace[before] = before_pace  # the pace it had is its normal now
+        self._set_quietly(probe.before)
+        before = probe.times.get(probe.before)
+        if before:
+            self._pace[probe.before] = self._judged = statistics.median(before)  # its normal now
+        elif self._judged is None:
+            self._judged = probe.pace
         if went_down:
             self._next_down = now + self._wait_down
             self._wait_down = min(self._wait_down * 2, BACKOFF_MAX_S)
@@ -145,11 +223,19 @@ class ThreadGovernor:
             self._next_up = now + self._wait_up
             self._wait_up = min(self._wait_up * 2, BACKOFF_MAX_S)
 
+    def _set_quietly(self, threads: int) -> None:
+        """Decode at `threads` from the next step, as part of a probe (no switch recorded)."""
+        if threads != self.threads:
+            self.threads = threads
+            self.apply(threads)
+
     def _set(self, threads: int, index: int, why: str) -> None:
-        self.threads = threads
+        """Decode at `threads` from the next step, a change kept (recorded as a switch)."""
         self._window.clear()
-        self.apply(threads)
-        self.switches.append(Switch(index, threads, why))
+        self._judged = None
+        if threads != self.threads:
+            self._set_quietly(threads)
+            self.switches.append(Switch(index, threads, why))
 
 
 def thread_stats(governor: ThreadGovernor | None, since: int, threads: int) -> dict:

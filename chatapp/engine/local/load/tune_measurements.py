@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
-from chatapp import machine
+from chatapp import cpus
 from chatapp.engine.protocol import Engine, Finished, GenerateRequest, LoadOptions
 from chatapp.sampling import SamplerSettings
 
@@ -54,9 +53,9 @@ def depth_score(decode_tps: dict[int, float]) -> float:
 
 
 def thread_counts() -> list[int]:
-    """Physical cores, one less (room for the UI), and every logical CPU; distinct, >= 1."""
-    physical = machine.physical_cores()
-    logical = os.cpu_count() or physical
+    """The usable physical cores, one less (room for the UI), and every usable CPU (this
+    process's share of the machine: cpus.usable_cpus); distinct, >= 1."""
+    physical, logical = cpus.usable_cores(), cpus.usable_cpus()
     return sorted({physical, max(physical - 1, 1), logical}, reverse=True)
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
+from chatapp.cpus import usable_cores
 from chatapp.engine.candidate_rows import settle
 from chatapp.engine.local.loop.grammar_sampler import GrammarSampler, GrammarUnusable, start_grammar
 from chatapp.engine.local.loop.row_sampling import ReplySampler
@@ -20,7 +21,6 @@ from chatapp.engine.protocol import (
     Token,
     fills_the_cpu,
 )
-from chatapp.machine import physical_cores
 from chatapp.metrics import GenerationStats, stats_from_times
 from chatapp.sampling import SamplerSettings
 
@@ -62,10 +62,12 @@ class ReplyLoop:
         self.settings = req.settings
         self.pending: list = []
         self.last_flush = 0.0
-        self.flush_s = FLUSH_CPU_S if fills_the_cpu(worker.info, physical_cores()) else FLUSH_S
+        self.flush_s = FLUSH_CPU_S if fills_the_cpu(worker.info, usable_cores()) else FLUSH_S
         self.cancelled = False
         self.new_settings: SamplerSettings | None = None
         self.new_steering: Steering | None = None  # sent mid-reply (inside/context_steering.py)
+        self.tune_asked: dict | None = None  # the tune on first use, asked for mid-reply
+        self.tune_wait_since: float | None = None  # sent while a tune was on: when it was sent
         self.has_message = message_waiting(conn)
 
     def send(self, event, flush: bool = False) -> None:
@@ -86,6 +88,8 @@ class ReplyLoop:
                 self.new_settings = msg[1]
             elif msg[0] == "steering":
                 self.new_steering = msg[1]
+            elif msg[0] == "autotune":  # begins once the reply is over (worker.serve)
+                self.tune_asked = msg[1]
 
     def run(self) -> None:
         try:
@@ -99,7 +103,7 @@ class ReplyLoop:
         when it ended), or None after reporting a failure."""
         w = self.w
         t_prefill = time.perf_counter()
-        n_reused = w.reuse_prefix(full)
+        n_reused = w.reuse_prefix([-1] if self.req.fresh_cache else full)  # [-1]: nothing shared
         n_new = len(full) - n_reused
         progress = None
         if n_new > w.n_batch:  # more than one batch: say how far it got (a long silent wait
@@ -165,6 +169,8 @@ class ReplyLoop:
     ) -> GenerationStats:
         """The reply's stats: `times` are when the request came, prefill began and ended."""
         t_request, t_prefill, t_prefill_end = times
+        if self.tune_wait_since is not None:  # the tune's step it came in
+            more["tune_wait_s"] = max(0.0, t_request - self.tune_wait_since)
         return stats_from_times(
             t_request=t_request,
             t_prefill_start=t_prefill,

@@ -15,7 +15,7 @@ import numpy as np
 from chatapp import machine, paths
 from chatapp.engine.control_vector import ControlVector
 from chatapp.engine.inspection import Inspection, InspectRequest
-from chatapp.engine.local.load import cpu_backend, gpu_fallback, huge_pages
+from chatapp.engine.local.load import cpu_backend, gpu_fallback, huge_pages, stop_flag
 from chatapp.engine.local.load.worker_log import WorkerLog, extra_buffers_from_log, useful_lines
 from chatapp.engine.local.loop.perplexity_scoring import PerplexityJob
 from chatapp.engine.local.process import side_pipe
@@ -60,7 +60,9 @@ class LocalEngine:
         self._kill_reason = ""
         self._loaded_options = options
         self._replies = 0  # replies begun by this worker (a crash in the first names the CPU)
-        self._tuning_now = None  # shared with the worker: 1 while a slice of its tune runs
+        self._tuning_now = None  # shared with the worker: 1 while a step of its tune runs
+        self._tune_stop = None  # shared: set after a request is sent, the tune's step stops
+        self._tune_asked = False  # start_autotune() sent the worker its tune
         self._tune_crash = ""  # how the tune on first use crashed the worker ("" if it did not)
         self._closed = False  # close() was called: a start() under way gives up
         self.notes: list[str] = []  # what start() had to do to load (step-down, fallback)
@@ -129,12 +131,15 @@ class LocalEngine:
         parent, child = ctx.Pipe()
         side_parent, side_child = ctx.Pipe()
         self._tuning_now = ctx.Value("b", 0, lock=False)  # no lock: one writer, one byte
+        self._tune_stop = ctx.Array("b", stop_flag.SIZE, lock=False)
+        self._tune_asked = False
+        shared = (self._tuning_now, self._tune_stop)  # the worker's tune (tune_turns.py)
         self.log.begin()
         from chatapp.engine.local.process import worker
 
         proc = ctx.Process(
             target=worker.main,
-            args=(child, side_child, options, str(self.log_path), self.nice, self._tuning_now),
+            args=(child, side_child, options, str(self.log_path), self.nice, *shared),
             name="chatapp-worker",
             daemon=True,
         )
@@ -184,6 +189,8 @@ class LocalEngine:
             try:
                 with self._send_lock:
                     self._pipe().send(("close",))
+                if self._tune_stop is not None:
+                    self._tune_stop[0] = 1  # a tune's step stops: the worker reads the close
             except (OSError, ValueError):
                 pass
             proc.join(timeout=2.0)
@@ -222,6 +229,8 @@ class LocalEngine:
                 self._pipe().send(msg)
             except (OSError, ValueError) as exc:
                 raise self._crashed("the model worker stopped") from exc
+        if msg[0] in ("generate", "score", "perplexity") and self._tune_stop is not None:
+            self._tune_stop[0] = 1  # after the send: the worker lowers it, then looks at the pipe
 
     def _recv(self, timeout: float | None = None, what: str = "writing a reply"):
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -259,7 +268,7 @@ class LocalEngine:
             self._proc.join(timeout=1.0)
         code = self._proc.exitcode if self._proc is not None else None
         tune_crash = self._tune_crashed_it()
-        if tune_crash:  # whichever call noticed, the tune's slice is what died
+        if tune_crash:  # whichever call noticed, the tune's step is what died
             message = "the model worker died while tuning for this machine"
         shown = None if self._kill_reason else code  # our own SIGKILL: the reason says why
         if shown:
@@ -281,7 +290,7 @@ class LocalEngine:
         return EngineCrashed(message + "; start it again to continue", tail, code)
 
     def _tune_crashed_it(self) -> bool:
-        """Whether the worker died inside a slice of its tune (not killed by us, not closed)."""
+        """Whether the worker died inside a step of its tune (not killed by us, not closed)."""
         if self._proc is None or self._kill_reason or self._tuning_now is None:
             return False
         return bool(self._proc.exitcode) and bool(self._tuning_now.value)
@@ -298,7 +307,7 @@ class LocalEngine:
 
     def generate(self, request: GenerateRequest) -> Iterator[Event]:
         """Stream one reply's events; raises EngineCrashed if the worker dies."""
-        self._send(("generate", request))
+        self._send(("generate", request, time.perf_counter()))  # (one clock for both processes)
         self._replies += 1
         while True:
             msg = self._recv()
@@ -368,10 +377,12 @@ class LocalEngine:
 
     def start_autotune(self) -> bool:
         """Tune on first use: when nothing is saved for this file here and the model runs on
-        the CPU, the worker times flash attention on/off (unless exact batches hold it on) and
-        the thread counts in its idle time (replies go first) and applies the best to its
-        context, no reload. Settings the user gave are kept. True if a tune began; follow it
-        with autotune_status()."""
+        the CPU, the worker times flash attention on/off (unless exact batches hold it on)
+        and the thread counts in its idle
+        time (replies go first) and applies the best to its context, no reload. Settings the
+        user gave are kept. True if a tune began; follow it with autotune_status(). Nothing is
+        read back: a reply's thread may be reading the main pipe (the worker begins the tune
+        after that reply)."""
         info = self.info
         if info is None or info.tuned or info.n_gpu_layers > 0 or not self.alive:
             return False
@@ -385,7 +396,7 @@ class LocalEngine:
             return False
         plan = {"free": free, "n_gpu_layers": self.options.n_gpu_layers}
         self._send(("autotune", plan))
-        self._recv(what="starting the tune")  # ("autotune_started", status): it is under way
+        self._tune_asked = True
         return True
 
     def autotune_status(self) -> dict | None:
@@ -399,6 +410,8 @@ class LocalEngine:
             if self._tune_crash:
                 return {"state": "crashed", "error": str(exc)}
             raise
+        if status is None and self._tune_asked:  # sent; the worker has not begun it yet
+            return {"state": "tuning", "done": 0, "total": 0}
         if status and status.get("state") == "done" and status.get("info") is not None:
             self.info = replace(status["info"], tuned=True)
         return status

@@ -7,17 +7,17 @@ import sys
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
-from chatapp.engine.local.load.autotune import AutoTune
 from chatapp.engine.local.load.worker_log import WorkerLog, load_error_from_log
 from chatapp.engine.local.loop import perplexity_scoring
 from chatapp.engine.local.loop.parallel import ParallelGeneration
 from chatapp.engine.local.loop.serving_model import ServingModel
 from chatapp.engine.local.loop.token_loop import Generation
 from chatapp.engine.local.process import side_pipe
+from chatapp.engine.local.process.tune_turns import TuneTurns
 from chatapp.engine.protocol import Failed, LoadOptions
 
 if TYPE_CHECKING:
-    from ctypes import c_byte
+    from ctypes import Array, c_byte
 
 
 def main(
@@ -27,9 +27,11 @@ def main(
     log_path: str,
     nice: int = 0,
     tuning: c_byte | None = None,
+    stop: Array[c_byte] | None = None,
 ) -> None:
-    """Entry point of the worker process. `tuning` (shared with the parent) is 1 while a slice
-    of the tune on first use runs: a crash with it set is the tune's."""
+    """Entry point of the worker process. `tuning` and `stop` (shared with the parent): the
+    tune on first use's step in progress, and the parent's word that a request came
+    (tune_turns.py)."""
     redirect_output(log_path)
     if nice > 0:
         _lower_priority(nice)
@@ -62,17 +64,7 @@ def main(
             return
     conn.send(("loaded", worker.described(log.text())))
     side_pipe.start(worker, side)
-    serve(worker, conn, tuning)
-
-
-def _tune_slice(tuner: AutoTune, tuning: c_byte | None) -> bool:
-    """One slice of the tune, flagged for the parent (left set if llama.cpp crashes in it)."""
-    if tuning is not None:
-        tuning.value = 1
-    more = tuner.step()
-    if tuning is not None:
-        tuning.value = 0
-    return more
+    serve(worker, conn, TuneTurns(worker, tuning, stop))
 
 
 def _lower_priority(nice: int) -> None:
@@ -81,8 +73,10 @@ def _lower_priority(nice: int) -> None:
     try:
         os.nice(nice)
         target = os.getpriority(os.PRIO_PROCESS, 0)
-        tids = os.listdir("/proc/self/task")  # Linux: nice is per thread, and numpy's BLAS
-    except (OSError, AttributeError):  # pool started before this one
+        # Linux: nice is per thread, and numpy's BLAS pool started before this one. /proc, not
+        # psutil's threads(): elsewhere those ids are no pids setpriority may be given.
+        tids = os.listdir("/proc/self/task")
+    except (OSError, AttributeError):
         return
     for tid in tids:
         try:
@@ -113,40 +107,46 @@ def _load_error(path: str, exc: Exception, log_text: str = "") -> str:
     return f"could not load {path}: {reason}"
 
 
-def serve(worker: ServingModel, conn: Connection, tuning: c_byte | None = None) -> None:
+def serve(worker: ServingModel, conn: Connection, turns: TuneTurns | None = None) -> None:
     """The main pipe: replies and scoring, one at a time, until "close" or the pipe ends.
-    While nothing is asked, a tune on first use (autotune) goes on in short slices."""
-    tuner: AutoTune | None = None
+    While nothing is asked, a tune on first use (autotune) goes on a step at a time."""
+    turns = turns or TuneTurns(worker, None)
     while True:
         try:
-            if tuner is not None and not conn.poll(0):
-                if not _tune_slice(tuner, tuning):
-                    worker.autotune_status, tuner = tuner.status, None
-                else:
-                    worker.autotune_status = tuner.status
+            if turns.wants_a_step(conn):
+                turns.step()
                 continue
             msg = conn.recv()
         except (EOFError, OSError):
             return
-        kind = msg[0]
-        if kind == "autotune":
-            tuner = AutoTune(worker, **msg[1])
-            worker.autotune_status = tuner.status
-            conn.send(("autotune_started", tuner.status))
-            continue
-        if kind in ("generate", "score", "perplexity"):  # steered replies only
-            problem = worker.steering.begin(msg[1].steering if kind == "generate" else None)
-            if problem:
-                conn.send(("events", [Failed(problem)]))
-                continue
-        if kind == "generate":
-            job = ParallelGeneration if msg[1].n_alternatives > 1 else Generation
-            job(worker, conn, msg[1]).run()
-        elif kind == "score":
-            conn.send(("scored", worker.score(msg[1])))
-        elif kind == "perplexity":
-            report = lambda done, total, s: conn.send(("ppl_progress", done, total, s))  # noqa: E731
-            conn.send(("ppl_done", perplexity_scoring.run(worker, msg[1], report)))
-        elif kind == "close":
+        if msg[0] == "close":
             return
+        if msg[0] == "autotune":
+            turns.begin(msg[1])
+        elif msg[0] in ("generate", "score", "perplexity"):
+            answer(worker, conn, msg, turns)
         # "cancel" and "settings" that arrive between replies are stale: ignore them
+
+
+def answer(worker: ServingModel, conn: Connection, msg: tuple, turns: TuneTurns) -> None:
+    """One request: a reply, a scoring or a perplexity (with the request's steering only)."""
+    kind = msg[0]
+    problem = worker.steering.begin(msg[1].steering if kind == "generate" else None)
+    if problem:
+        conn.send(("events", [Failed(problem)]))
+        return
+    if kind == "score":
+        turns.serve(kind, lambda: conn.send(("scored", worker.score(msg[1]))))
+        return
+    if kind == "perplexity":
+        report = lambda done, total, s: conn.send(("ppl_progress", done, total, s))  # noqa: E731
+        turns.serve(
+            kind, lambda: conn.send(("ppl_done", perplexity_scoring.run(worker, msg[1], report)))
+        )
+        return
+    job = (ParallelGeneration if msg[1].n_alternatives > 1 else Generation)(worker, conn, msg[1])
+    if turns.on and len(msg) > 2:  # sent at msg[2], it waited behind the tune's step
+        job.tune_wait_since = msg[2]
+    turns.serve(kind, job.run)
+    if job.tune_asked is not None:  # the tune was asked for while the reply ran
+        turns.begin(job.tune_asked)
