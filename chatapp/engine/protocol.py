@@ -9,6 +9,7 @@ from typing import Protocol, runtime_checkable
 
 from chatapp.cpus import usable_cpus
 from chatapp.engine.candidate_rows import Candidate as Candidate
+from chatapp.engine.capabilities import Capabilities as Capabilities
 from chatapp.engine.engine_errors import EngineCrashed as EngineCrashed
 from chatapp.engine.engine_errors import EngineError as EngineError
 from chatapp.engine.inspection import Inspection, InspectRequest
@@ -224,6 +225,11 @@ class Engine(Protocol):
     info: ModelInfo | None
     notes: list[str]
     """What start() had to do to get the model running (a GPU step-down, a CPU fallback)."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this engine can do (engine/capabilities.py); asked, never probed with hasattr."""
+        ...
 
     @property
     def alive(self) -> bool:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from chatapp.engine.capabilities import NOTHING, Capabilities
 from chatapp.engine.inspection import Inspection, InspectRequest, LayerLens, Neighbour, Ranked
 from chatapp.engine.protocol import (
     Candidate,
@@ -37,6 +38,10 @@ PINNED_START = 1000.0  # the made-up clock of pinned_gaps starts here (seconds)
 
 class ScriptedEngine:
     """Replies with the words above, one token per word, `delay` seconds apart."""
+
+    capabilities = Capabilities(
+        live_settings=True, steering=True, inside=True, candidates=True, tokenize=True
+    )
 
     def __init__(
         self,
@@ -232,6 +237,7 @@ class FakeEngine:
     """Stands in for LocalEngine: fixed replies and log-probs, chosen by the file's name."""
 
     vocab = 16
+    capabilities = Capabilities(tokenize=True, scoring=True)
 
     def __init__(self, opts):
         self.path = opts.model_path
@@ -268,6 +274,7 @@ class BrokenEngine:
     """An engine whose model never loads (a file llama.cpp refuses after the header check)."""
 
     pid = None
+    capabilities = NOTHING
 
     def __init__(self, opts: LoadOptions) -> None:
         self.opts = opts

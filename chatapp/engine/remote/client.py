@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import httpx
 
+from chatapp.engine.capabilities import Capabilities
 from chatapp.engine.inspection import REMOTE_NOTE, InsideUnavailable, Inspection, InspectRequest
 from chatapp.engine.protocol import (
     ChatMessage,
@@ -99,6 +100,17 @@ class RemoteEngine:
     @property
     def can_tokenize(self) -> bool:
         return self.kind in TOKENIZING_KINDS
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """A server streams replies with top-10 candidates where it gives log-probabilities;
+        what else it can do depends on which server it is (known once started)."""
+        return Capabilities(
+            candidates=self._logprobs_ok,
+            grammar=self.kind in GRAMMAR_KINDS,
+            raw_prompt=True,
+            tokenize=self.can_tokenize,
+        )
 
     @property
     def alive(self) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from chatapp import machine, paths
+from chatapp.engine.capabilities import Capabilities
 from chatapp.engine.control_vector import ControlVector
 from chatapp.engine.inspection import Inspection, InspectRequest
 from chatapp.engine.local.load import cpu_backend, gpu_fallback, huge_pages, stop_flag
@@ -46,6 +47,21 @@ SIDE_PIPE_ENDED = (
 class LocalEngine:
     """A model running in a child process. Generation calls come from one thread at a time;
     cancel() and update_settings() may come from any thread."""
+
+    capabilities = Capabilities(
+        live_settings=True,
+        steering=True,
+        inside=True,
+        drafts=True,
+        parallel_alternatives=True,
+        sampled_probabilities=True,
+        candidates=True,
+        grammar=True,
+        raw_prompt=True,
+        tokenize=True,
+        autotune=True,
+        scoring=True,
+    )
 
     def __init__(self, options: LoadOptions, nice: int = 0) -> None:
         self.options = options
