@@ -191,3 +191,14 @@ def remember_tune_crash(model_path: str, how: str) -> None:
     """A tune that crashed the worker (e.g. "SIGSEGV"): the next start does not tune this file
     again on this machine and build, as a crashed load does not repack again."""
     _remember_for_file("tune_crashed", model_path, how)
+
+
+def saved_ceilings() -> dict[str, Any] | None:
+    """The speed ceilings measured on this machine (chatapp/ceilings.py), if they were."""
+    value = recall().get("ceilings")
+    return value if isinstance(value, dict) else None
+
+
+def remember_ceilings(values: dict[str, Any]) -> None:
+    """Keep measured ceilings with this machine's entry: another CPU measures again."""
+    remember(ceilings=values)
