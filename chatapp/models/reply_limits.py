@@ -1,0 +1,80 @@
+"""A reply's speed held against the machine's ceilings: what bounds its decode."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from chatapp.models.token_cost import ModelCost
+
+HALF = 0.5  # a ceiling at least half used bounds the speed; neither: overhead
+
+
+@dataclass(frozen=True)
+class ReplyLimits:
+    """`ask --json`'s "limits": one reply's decode and prefill against this machine's peaks."""
+
+    bytes_per_token: int  # at the reply's mean decode depth
+    kv_share: float  # of those bytes, the KV cache's
+    flops_per_token: int
+    decode_gbps: float  # bytes_per_token x decode t/s
+    decode_gflops: float
+    prefill_gflops: float  # flops per token x prefill t/s
+    mem_peak_gbps: float
+    compute_peak_gflops: float
+    mem_share: float  # decode_gbps / mem_peak_gbps
+    compute_share: float  # the larger of decode's and prefill's share of the compute peak
+    bound: str  # "memory", "compute" or "overhead"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        """One line for the Speed panel and the stats line."""
+        why = {
+            "memory": "reading the weights is the limit",
+            "compute": "the arithmetic is the limit",
+            "overhead": "neither ceiling half used: the model is small for this machine",
+        }[self.bound]
+        return (
+            f"decode {self.decode_gbps:.1f} GB/s of {self.mem_peak_gbps:.0f} "
+            f"({self.mem_share:.0%}): {self.bound}-bound: {why}"
+        )
+
+
+def reply_limits(
+    cost: ModelCost,
+    prompt_tokens: int,
+    completion_tokens: int,
+    decode_tps: float,
+    prefill_tps: float,
+    mem_peak_gbps: float,
+    compute_peak_gflops: float,
+) -> ReplyLimits:
+    """Where a reply stood: its tokens' cost at their mean depth (the prompt and half the
+    reply), times its rates, over the ceilings."""
+    token = cost.at(prompt_tokens + completion_tokens // 2)
+    decode_gbps = token.bytes * decode_tps / 1e9
+    decode_gflops = token.flops * decode_tps / 1e9
+    prefill_gflops = cost.at(prompt_tokens // 2).flops * prefill_tps / 1e9
+    mem_share = decode_gbps / mem_peak_gbps if mem_peak_gbps > 0 else 0.0
+    peak = compute_peak_gflops if compute_peak_gflops > 0 else float("inf")
+    compute_share = max(decode_gflops, prefill_gflops) / peak
+    if mem_share >= HALF and mem_share >= compute_share:
+        bound = "memory"
+    elif compute_share >= HALF:
+        bound = "compute"
+    else:
+        bound = "overhead"
+    return ReplyLimits(
+        bytes_per_token=token.bytes,
+        kv_share=round(token.kv_share, 4),
+        flops_per_token=token.flops,
+        decode_gbps=round(decode_gbps, 3),
+        decode_gflops=round(decode_gflops, 3),
+        prefill_gflops=round(prefill_gflops, 3),
+        mem_peak_gbps=mem_peak_gbps,
+        compute_peak_gflops=compute_peak_gflops,
+        mem_share=round(mem_share, 4),
+        compute_share=round(compute_share, 4),
+        bound=bound,
+    )
