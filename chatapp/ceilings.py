@@ -92,3 +92,22 @@ def measure(threads: int) -> Ceilings:
         measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
         seconds=round(time.perf_counter() - start, 2),
     )
+
+
+def best_of(saved: dict | None, new: Ceilings) -> dict:
+    """A new measurement kept with what was saved: each ceiling the higher of the two (a
+    ceiling is the most the machine did; one measured beside other work reads low), with the
+    method and date of the measurement it came from."""
+    fresh = new.to_dict()
+    if not saved:
+        return fresh
+    kept = dict(saved)
+    try:
+        if fresh["mem_read_gbps"] >= float(saved["mem_read_gbps"]):
+            kept.update({k: fresh[k] for k in ("mem_read_gbps", "threads", "read_method")})
+        if fresh["compute_gflops"] >= float(saved["compute_gflops"]):
+            kept.update({k: fresh[k] for k in ("compute_gflops", "compute_method")})
+    except (KeyError, TypeError, ValueError):
+        return fresh  # a saved entry of another shape: the new one replaces it
+    kept.update(measured_at=fresh["measured_at"], seconds=fresh["seconds"])
+    return kept

@@ -202,3 +202,21 @@ def saved_ceilings() -> dict[str, Any] | None:
 def remember_ceilings(values: dict[str, Any]) -> None:
     """Keep measured ceilings with this machine's entry: another CPU measures again."""
     remember(ceilings=values)
+
+
+def cpu_caches() -> list[dict[str, Any]]:
+    """The first CPU's caches (level, type, size in bytes) as Linux lists them in sysfs; []
+    elsewhere (psutil has no API for caches)."""
+    found = []
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index[0-9]*")):
+        try:
+            level = int((index / "level").read_text().strip())
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip().upper()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(size[-1:], 1)
+        digits = size.rstrip("KMG")
+        if digits.isascii() and digits.isdigit():
+            found.append({"level": level, "type": kind, "bytes": int(digits) * scale})
+    return found
