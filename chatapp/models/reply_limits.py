@@ -24,6 +24,8 @@ class ReplyLimits:
     mem_share: float  # decode_gbps / mem_peak_gbps
     compute_share: float  # the larger of decode's and prefill's share of the compute peak
     bound: str  # "memory", "compute" or "overhead"
+    decode_intensity: float = 0.0  # FLOPs per byte read: where decode sits on a roofline
+    prefill_intensity: float = 0.0  # ... prefill's: a weight read serves a batch of tokens
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -49,13 +51,17 @@ def reply_limits(
     prefill_tps: float,
     mem_peak_gbps: float,
     compute_peak_gflops: float,
+    n_batch: int = 512,
 ) -> ReplyLimits:
     """Where a reply stood: its tokens' cost at their mean depth (the prompt and half the
-    reply), times its rates, over the ceilings."""
+    reply), times its rates, over the ceilings. Prefill reads the weights and the cache once
+    for a batch of up to `n_batch` prompt tokens."""
     token = cost.at(prompt_tokens + completion_tokens // 2)
+    prompt = cost.at(prompt_tokens // 2)
+    batch = max(1, min(prompt_tokens, n_batch))
     decode_gbps = token.bytes * decode_tps / 1e9
     decode_gflops = token.flops * decode_tps / 1e9
-    prefill_gflops = cost.at(prompt_tokens // 2).flops * prefill_tps / 1e9
+    prefill_gflops = prompt.flops * prefill_tps / 1e9
     mem_share = decode_gbps / mem_peak_gbps if mem_peak_gbps > 0 else 0.0
     peak = compute_peak_gflops if compute_peak_gflops > 0 else float("inf")
     compute_share = max(decode_gflops, prefill_gflops) / peak
@@ -77,4 +83,6 @@ def reply_limits(
         mem_share=round(mem_share, 4),
         compute_share=round(compute_share, 4),
         bound=bound,
+        decode_intensity=round(token.flops / token.bytes, 3),
+        prefill_intensity=round(batch * prompt.flops / prompt.bytes, 3),
     )

@@ -43,3 +43,11 @@ def test_the_bound_is_the_ceiling_at_least_half_used(
 def test_unmeasured_ceilings_bound_nothing(cost):
     got = reply_limits(cost, 40, 200, 100.0, 300.0, 0.0, 0.0)
     assert got.bound == "overhead" and got.mem_share == 0 and got.compute_share == 0
+
+
+def test_prefill_sits_right_of_decode_on_the_roofline(cost):
+    got = reply_limits(cost, 300, 100, 100.0, 300.0, 30.0, 60.0)
+    assert 1 < got.decode_intensity < 10  # ~2 FLOPs a byte: a matrix-vector product
+    assert got.prefill_intensity > 100 * got.decode_intensity  # 300 tokens a weight read
+    one = reply_limits(cost, 1, 100, 100.0, 300.0, 30.0, 60.0)
+    assert one.prefill_intensity == pytest.approx(one.decode_intensity, rel=0.05)
