@@ -22,8 +22,9 @@ class ReplyLimits:
     mem_peak_gbps: float
     compute_peak_gflops: float
     mem_share: float  # decode_gbps / mem_peak_gbps
-    compute_share: float  # the larger of decode's and prefill's share of the compute peak
-    bound: str  # "memory", "compute" or "overhead"
+    compute_share: float  # decode_gflops / compute_peak_gflops
+    prefill_compute_share: float  # prefill_gflops / compute_peak_gflops
+    bound: str  # what bounds decode: "memory", "compute" or "overhead" (neither half used)
     decode_intensity: float = 0.0  # FLOPs per byte read: where decode sits on a roofline
     prefill_intensity: float = 0.0  # ... prefill's: a weight read serves a batch of tokens
 
@@ -64,7 +65,7 @@ def reply_limits(
     prefill_gflops = prompt.flops * prefill_tps / 1e9
     mem_share = decode_gbps / mem_peak_gbps if mem_peak_gbps > 0 else 0.0
     peak = compute_peak_gflops if compute_peak_gflops > 0 else float("inf")
-    compute_share = max(decode_gflops, prefill_gflops) / peak
+    compute_share = decode_gflops / peak
     if mem_share >= HALF and mem_share >= compute_share:
         bound = "memory"
     elif compute_share >= HALF:
@@ -82,6 +83,7 @@ def reply_limits(
         compute_peak_gflops=compute_peak_gflops,
         mem_share=round(mem_share, 4),
         compute_share=round(compute_share, 4),
+        prefill_compute_share=round(prefill_gflops / peak, 4),
         bound=bound,
         decode_intensity=round(token.flops / token.bytes, 3),
         prefill_intensity=round(batch * prompt.flops / prompt.bytes, 3),

@@ -27,7 +27,7 @@ def test_decode_gbps_is_bytes_per_token_times_the_rate(cost):
     ("decode_tps", "prefill_tps", "mem", "flops", "bound"),
     [
         (250.0, 10.0, 30.0, 1000.0, "memory"),  # 24 GB/s of 30
-        (10.0, 400.0, 1000.0, 150.0, "compute"),  # prefill ~110 GFLOP/s of 150
+        (300.0, 10.0, 1000.0, 150.0, "compute"),  # decode ~85 GFLOP/s of 150
         (100.0, 300.0, 100.0, 1000.0, "overhead"),  # ~10% and ~8%
     ],
 )
