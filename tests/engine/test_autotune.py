@@ -67,6 +67,10 @@ def test_a_first_load_tunes_while_idle_applies_without_reload_and_is_kept(
         assert after.text.strip() and after.stats.decode_tps > 0
         assert not engine.start_autotune()  # tuned: nothing more to do
         offload = engine.info.gpu_offload_supported
+    # the machine's ceilings were measured in the same idle time, with the chosen threads
+    found = machine.saved_ceilings()
+    assert found and found["mem_read_gbps"] > 0 and found["compute_gflops"] > 0
+    assert found["threads"] == status["threads"]
     saved = machine.tuned(model_path)
     assert saved and saved["auto"] and saved["flash_attn"] == status["flash_attn"]
     assert saved["gpu_offload"] == offload

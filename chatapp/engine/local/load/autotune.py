@@ -18,7 +18,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from chatapp import machine
+from chatapp import ceilings, machine
 from chatapp.cpu_load import OtherPrograms, share_of_cpu
 from chatapp.engine.local.load import stop_flag, tune_measurements
 
@@ -131,7 +131,16 @@ class AutoTune:
         finally:
             for ctx in contexts.values():
                 self.w.lib.llama_free(ctx)
+        yield from self._ceilings()
         self._finish()
+
+    def _ceilings(self) -> Generator[None, None, None]:
+        """The machine's speed ceilings with the thread count the tune chose (chatapp
+        machine shows them; a reply's limits are held against them), kept at the best
+        measured: one measured beside other work reads low and raises nothing."""
+        best = max(self.trials, key=lambda t: t.score)
+        found = yield from ceilings.measure_in_steps(best.threads)
+        machine.remember_ceilings(ceilings.best_of(machine.saved_ceilings(), found))
 
     def _measure(self, contexts: dict[bool, object], ids: list[int]) -> Iterator[None]:
         lib = self.w.lib
