@@ -30,7 +30,8 @@ async def test_a_one_file_engine_streams_a_reply_and_its_panels_follow_its_capab
     app = ChatApp(lambda: engine)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "hello from a new backend")
-        await wait_until(pilot, lambda: pane(app).last_reply is not None and not pane(app).reply)
+        done = lambda: pane(app).reply is None and pane(app).last_reply is not None  # noqa: E731
+        await wait_until(pilot, done)
         reply = pane(app).last_reply
         assert reply.finished.reason == "eog"
         assert pane(app).session.conversation[-1].content == "hello from a new backend"
