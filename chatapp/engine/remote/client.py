@@ -99,7 +99,8 @@ class RemoteEngine:
     @property
     def capabilities(self) -> Capabilities:
         """A server streams replies with top-10 candidates where it gives log-probabilities;
-        what else it can do depends on which server it is (known once started)."""
+        what else it can do is its flavour's (known once started). No after-sampler cuts:
+        llama-server's post-sampling probabilities do not say which sampler cut a token."""
         return Capabilities(
             candidates=self._logprobs_ok,
             grammar=self.flavour.grammar,
