@@ -4,6 +4,8 @@ unavailable without asking it; its tokens are shown)."""
 
 from __future__ import annotations
 
+import inspect
+
 from fakes.echo_engine import EchoEngine
 from helpers import SIZE, pane, send, wait_until
 from textual.widgets import TabbedContent
@@ -17,9 +19,17 @@ from chatapp.ui.widgets.sampler import Slider
 from chatapp.ui.widgets.steer_panel import SteerPanel
 
 
+def _params(fn) -> list[tuple[str, object]]:
+    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()][1:]
+
+
 def test_the_echo_engine_is_an_engine_declaring_only_what_it_has():
     engine = EchoEngine()
     assert isinstance(engine, Engine)
+    methods = [n for n in dir(Engine) if not n.startswith("_") and callable(getattr(Engine, n))]
+    assert "generate" in methods and "inspect" in methods
+    for name in methods:
+        assert _params(getattr(EchoEngine, name)) == _params(getattr(Engine, name)), name
     caps = engine.capabilities
     assert caps.tokenize and caps.raw_prompt
     assert not (caps.steering or caps.inside or caps.candidates or caps.live_settings)
