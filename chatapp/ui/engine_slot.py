@@ -123,7 +123,7 @@ class EngineSlot:
         """Tune on first use, where config wants it and the engine can (its progress comes to
         the host as AutotuneChanged)."""
         engine = self.engine
-        if autotune_watch.wanted(config) and hasattr(engine, "start_autotune"):
+        if autotune_watch.wanted(config) and engine is not None and engine.capabilities.autotune:
             self.host.run_worker(
                 lambda: autotune_watch.follow(self.host, engine),
                 thread=True, exclusive=True, group="autotune", exit_on_error=False,

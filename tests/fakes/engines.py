@@ -39,9 +39,8 @@ PINNED_START = 1000.0  # the made-up clock of pinned_gaps starts here (seconds)
 class ScriptedEngine:
     """Replies with the words above, one token per word, `delay` seconds apart."""
 
-    capabilities = Capabilities(
-        live_settings=True, steering=True, inside=True, candidates=True, tokenize=True
-    )
+    # No steering: set_steering only keeps what it is given (no residuals, no meter).
+    capabilities = Capabilities(live_settings=True, inside=True, candidates=True, tokenize=True)
 
     def __init__(
         self,

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import threading
 import time
 from collections.abc import Iterator
 
@@ -26,23 +24,16 @@ from chatapp.engine.protocol import (
     TokenPiece,
 )
 from chatapp.engine.remote import errors as errs
-from chatapp.engine.remote import probe
+from chatapp.engine.remote import flavours, probe
+from chatapp.engine.remote.flavours import UNKNOWN, Flavour, grammar_servers
+from chatapp.engine.remote.reply_socket import ReplySocket
 from chatapp.engine.remote.stream import StreamState, body_for, sse_objects
-from chatapp.engine.remote.tokens import TOKENIZING_KINDS, ServerTokenizer
+from chatapp.engine.remote.tokens import ServerTokenizer
 from chatapp.engine.steering import REMOTE_NOTE as STEERING_NOTE
 from chatapp.engine.steering import Steering, SteeringUnavailable
 from chatapp.sampling import SamplerSettings
 
 SAMPLER_NOTICE = "sampler changes apply from the next reply on a server"
-
-
-class _HTTPFailure(Exception):
-    def __init__(self, status: int, body: bytes) -> None:
-        super().__init__(status)
-        self.status, self.body = status, body
-
-
-GRAMMAR_KINDS = ("llama-server", "llama-cpp-python")  # servers that take a GBNF "grammar"
 
 
 class RemoteEngine:
@@ -68,8 +59,8 @@ class RemoteEngine:
         self.connect_timeout = float(connect_timeout)
         self.read_timeout = float(read_timeout)
         self.info: ModelInfo | None = None
-        self.kind = "unknown"
-        """llama-server, llama-cpp-python, ollama, vllm or openai (anything else)."""
+        self.flavour: Flavour = UNKNOWN
+        """Which server this is (flavours.py), known once started."""
         self.model: str | None = model_name
         self.models: tuple[str, ...] = ()
         self.settings: SamplerSettings | None = None
@@ -80,11 +71,10 @@ class RemoteEngine:
         self._key: str | None = None
         self._client: httpx.Client | None = None
         self._stream_client: httpx.Client | None = None
-        self._cancel = threading.Event()
-        self._sock_lock = threading.Lock()
-        self._sock: socket.socket | None = None
+        self._socket = ReplySocket()
+        self._cancel = self._socket.cancelled
         self._parts: list[str] = []
-        self._tokenizer = ServerTokenizer(self._call, "unknown", None)
+        self._tokenizer = ServerTokenizer(self._call, UNKNOWN, None)
         self._noticed: set[str] = set()
         self._logprobs_ok = True
         self.notes: list[str] = []
@@ -98,16 +88,22 @@ class RemoteEngine:
         return "".join(self._parts)
 
     @property
+    def kind(self) -> str:
+        """llama-server, llama-cpp-python, ollama, vllm or openai (anything else)."""
+        return self.flavour.kind
+
+    @property
     def can_tokenize(self) -> bool:
-        return self.kind in TOKENIZING_KINDS
+        return self.flavour.can_tokenize
 
     @property
     def capabilities(self) -> Capabilities:
         """A server streams replies with top-10 candidates where it gives log-probabilities;
-        what else it can do depends on which server it is (known once started)."""
+        what else it can do is its flavour's (known once started). No after-sampler cuts:
+        llama-server's post-sampling probabilities do not say which sampler cut a token."""
         return Capabilities(
             candidates=self._logprobs_ok,
-            grammar=self.kind in GRAMMAR_KINDS,
+            grammar=self.flavour.grammar,
             raw_prompt=True,
             tokenize=self.can_tokenize,
         )
@@ -155,7 +151,7 @@ class RemoteEngine:
             self.models = tuple(str(e["id"]) for e in entries)
             entry = probe.pick_model(entries, self.model_name)
             self.model = str(entry["id"])
-            self.kind, props = probe.detect_kind(self._probe, entries)
+            self.flavour, props = flavours.detect(self._probe, entries)
         except EngineError:
             self.close()
             raise
@@ -164,7 +160,7 @@ class RemoteEngine:
         )
         self._noticed.clear()
         self._logprobs_ok = True
-        self._tokenizer = ServerTokenizer(self._call, self.kind, self.model)
+        self._tokenizer = ServerTokenizer(self._call, self.flavour, self.model)
         return self.info
 
     def _probe(self, method: str, path: str, body: dict | None = None) -> dict | None:
@@ -260,23 +256,7 @@ class RemoteEngine:
 
     def cancel(self) -> None:
         """Stop the reply in progress: its socket is shut at once, from any thread."""
-        self._cancel.set()
-        with self._sock_lock:
-            sock = self._sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def _trace(self, name: str, info: dict) -> None:
-        if name == "connection.connect_tcp.complete":
-            stream = info.get("return_value")
-            sock = stream.get_extra_info("socket") if stream is not None else None
-            with self._sock_lock:
-                self._sock = sock
-            if self._cancel.is_set() and sock is not None:
-                self.cancel()
+        self._socket.cancel()
 
     def _notice(self, key: str, message: str) -> Iterator[Notice]:
         if key not in self._noticed:
@@ -297,10 +277,8 @@ class RemoteEngine:
         if settings != request.settings:
             yield SettingsApplied(settings, 0)
         yield from self._notice("sampler", SAMPLER_NOTICE)
-        if request.grammar is not None and self.kind not in GRAMMAR_KINDS:
-            yield Failed(
-                f"a grammar needs llama-server or the llama-cpp-python server, not {self.kind}"
-            )
+        if request.grammar is not None and not self.flavour.grammar:
+            yield Failed(f"a grammar needs {grammar_servers()}, not {self.kind}")
             return
         if request.reply_prefix_ids:
             yield from self._notice(
@@ -322,26 +300,25 @@ class RemoteEngine:
             yield from self._notice("prompt", why)
         chat = request.raw_prompt is None
         logprobs = request.top_n > 0 and self._logprobs_ok
-        body = body_for(request, settings, self.model, self.kind, logprobs)
+        body = body_for(request, settings, self.model, self.flavour, logprobs)
         state = StreamState(request, settings, rendered, tokens, exact, self.info.n_ctx)
         path = "/v1/chat/completions" if chat else "/v1/completions"
         try:
             yield from self._stream(path, body, state)
-        except _HTTPFailure as exc:
+        except errs.HTTPFailure as exc:
             detail = errs.server_message(exc.body).lower()
             if logprobs and ("logprob" in detail or "logits_all" in detail):
                 self._logprobs_ok = False
                 yield Notice("this server gives no token probabilities; candidates stay empty")
-                body = body_for(request, settings, self.model, self.kind, False)
+                body = body_for(request, settings, self.model, self.flavour, False)
                 try:
                     yield from self._stream(path, body, state)
-                except _HTTPFailure as again:
+                except errs.HTTPFailure as again:
                     yield Failed(self._status(again.status, again.body, path))
             else:
                 yield Failed(self._status(exc.status, exc.body, path))
         finally:
-            with self._sock_lock:
-                self._sock = None
+            self._socket.forget()
 
     def _stream(self, path: str, body: dict, state: StreamState) -> Iterator[Event]:
         assert self._stream_client is not None
@@ -351,7 +328,7 @@ class RemoteEngine:
             path,
             json=body,
             headers={"Accept": "text/event-stream"},
-            extensions={"trace": self._trace},
+            extensions={"trace": self._socket.trace},
         )
         state.t_request = time.perf_counter()
         try:
@@ -364,7 +341,7 @@ class RemoteEngine:
             return
         try:
             if resp.status_code >= 400:
-                raise _HTTPFailure(resp.status_code, resp.read()[:65536])
+                raise errs.HTTPFailure(resp.status_code, resp.read()[:65536])
             yield from self._events(resp, state)
         except httpx.HTTPError as exc:
             if self._cancel.is_set():
@@ -408,7 +385,7 @@ class RemoteEngine:
     def _why_empty(self, req: httpx.Request) -> str:
         """A stream that ended before any event: ask again without streaming, for one token,
         to get the error as a status (the llama-cpp-python server reports a too-long prompt
-        or logprobs it cannot give only that way). Raises _HTTPFailure for generate()."""
+        or logprobs it cannot give only that way). Raises errs.HTTPFailure for generate()."""
         body = json.loads(req.content)
         body.update(stream=False, max_tokens=1)
         body.pop("stream_options", None)
@@ -419,5 +396,5 @@ class RemoteEngine:
         except httpx.HTTPError as exc:
             return self._transport(exc)
         if resp.status_code >= 400:
-            raise _HTTPFailure(resp.status_code, resp.content[:65536])
+            raise errs.HTTPFailure(resp.status_code, resp.content[:65536])
         return "the server closed the stream before sending anything"

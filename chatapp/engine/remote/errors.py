@@ -17,6 +17,16 @@ _CONTEXT_SIZE = re.compile(
     r"\s*(\d+)",
     re.IGNORECASE,
 )
+
+
+class HTTPFailure(Exception):
+    """A server answered a reply's request with an error status (read by RemoteEngine)."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(status)
+        self.status, self.body = status, body
+
+
 _DNS_FAILURES = ("name or service", "nodename", "name resolution", "getaddrinfo", "no address")
 
 

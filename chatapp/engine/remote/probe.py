@@ -1,8 +1,6 @@
-"""What kind of OpenAI-compatible server this is, which model to use, and its ModelInfo."""
+"""Which of a server's models to use, and its ModelInfo (which server it is: flavours.py)."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from chatapp.engine.protocol import EngineError, ModelInfo
 
@@ -26,29 +24,6 @@ def pick_model(entries: list[dict], name: str | None) -> dict:
             return e
     names = ", ".join(str(e["id"]) for e in entries[:6])
     raise EngineError(f"the server has no model named {name!r}; it has: {names}")
-
-
-def detect_kind(probe: Callable[..., dict | None], entries: list[dict]) -> tuple[str, dict]:
-    """The server kind and llama-server's /props (else {}). Best effort: each probe that
-    fails (404, not JSON, ...) only rules a kind out.
-
-    llama-server has /props (and /tokenize) and says owned_by "llamacpp"; Ollama has
-    /api/version; the llama-cpp-python server /extras/tokenize; vLLM says owned_by "vllm" in
-    its model list; anything else is "openai".
-    """
-    props = probe("GET", "/props")
-    if isinstance(props, dict) and props:
-        return "llama-server", props
-    if any(e.get("owned_by") == "llamacpp" for e in entries):
-        return "llama-server", {}
-    version = probe("GET", "/api/version")
-    if isinstance(version, dict) and "version" in version:
-        return "ollama", {}
-    if isinstance(probe("POST", "/extras/tokenize", {"input": "a"}), dict):
-        return "llama-cpp-python", {}
-    if any(e.get("owned_by") == "vllm" or "max_model_len" in e for e in entries):
-        return "vllm", {}
-    return "openai", {}
 
 
 def _int(value) -> int:

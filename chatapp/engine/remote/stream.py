@@ -17,6 +17,7 @@ from chatapp.engine.protocol import (
     Token,
     TokenPiece,
 )
+from chatapp.engine.remote.flavours import Flavour, flavour_of
 from chatapp.engine.remote.sse import iter_sse
 from chatapp.engine.remote.tokens import pieces_from_choice
 from chatapp.metrics import stats_from_times
@@ -30,7 +31,7 @@ def body_for(
     request: GenerateRequest,
     settings: SamplerSettings,
     model: str | None,
-    kind: str,
+    kind: str | Flavour,
     logprobs: bool,
 ) -> dict:
     """The JSON body of a streamed chat (or, for a raw prompt, text) completion.
@@ -38,15 +39,16 @@ def body_for(
     Stop strings are not sent: they are found client-side, so a reply that ends on one is
     told apart from one that ends on the model's end token (servers say "stop" for both).
     """
+    flavour = flavour_of(kind)
     body: dict = {
         "model": model,
         "stream": True,
         "stream_options": {"include_usage": True},
-        **sampler_fields(settings, kind),
+        **sampler_fields(settings, flavour),
     }
     if request.ignore_eos:
         body["ignore_eos"] = True
-    if request.grammar is not None:  # llama-server and the llama-cpp-python server take GBNF
+    if request.grammar is not None:  # generate() asked flavour.grammar first
         body["grammar"] = request.grammar.gbnf
     n = min(request.top_n, MAX_TOP_LOGPROBS)
     if request.raw_prompt is None:
@@ -58,26 +60,23 @@ def body_for(
         body["prompt"] = request.raw_prompt
         if logprobs and n > 0:
             body["logprobs"] = n
-    if logprobs and n > 0 and kind == "llama-server":
+    if logprobs and n > 0 and flavour.post_sampling_probs:
         body["post_sampling_probs"] = True  # what its samplers kept, with their probabilities
     return body
 
 
-VLLM_NAMES = {"repeat_penalty": "repetition_penalty"}
-
-
-def sampler_fields(s: SamplerSettings, kind: str) -> dict:
-    """The sampler settings in a request body, by the sampler table's server names (top-k,
-    min-p and the repeat penalty are not in OpenAI's API; llama-server, the llama-cpp-python
-    server and vLLM take them; vLLM has its own names and -1 for no top-k)."""
+def sampler_fields(s: SamplerSettings, kind: str | Flavour) -> dict:
+    """The sampler settings in a request body, by the sampler table's server names as the
+    server's flavour spells them (top-k, min-p and the repeat penalty are not in OpenAI's API;
+    llama-server, the llama-cpp-python server and vLLM take them; vLLM has its own names and
+    -1 for no top-k)."""
+    flavour = flavour_of(kind)
     body = {}
     for row in SAMPLERS:
-        if row.server is None or (row.server_kinds and kind not in row.server_kinds):
-            continue
-        key = VLLM_NAMES.get(row.server, row.server) if kind == "vllm" else row.server
-        body[key] = getattr(s, row.name)
-    if kind == "vllm" and s.top_k == 0:
-        body["top_k"] = -1
+        if row.server is not None and flavour.takes(row):
+            body[flavour.key(row.server)] = getattr(s, row.name)
+    if s.top_k == 0 and "top_k" in body:
+        body["top_k"] = flavour.top_k_off
     return body
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chatapp.engine.protocol import Candidate, EngineError, GenerateRequest, TokenPiece
+from chatapp.engine.remote.flavours import Flavour, Tokenize, flavour_of
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,6 @@ def _share(out: list[bytes], idx: list[int], span: bytes) -> None:
         out[i] = span[head + k : head + k + 1]
 
 
-TOKENIZING_KINDS = ("llama-server", "llama-cpp-python")
 DETOKENIZE_MAX = 512  # per call on the llama-cpp-python server (one request per new token id)
 
 
@@ -200,13 +200,13 @@ class ServerTokenizer:
     `call(method, path, body)` returns the JSON answer or raises EngineError.
     """
 
-    def __init__(self, call: Callable[..., dict], kind: str, model: str | None) -> None:
-        self.call, self.kind, self.model = call, kind, model
+    def __init__(self, call: Callable[..., dict], kind: str | Flavour, model: str | None) -> None:
+        self.call, self.flavour, self.model = call, flavour_of(kind), model
         self._pieces: dict[int, bytes | None] = {}
 
     def tokenize(self, text: str, special: bool, add_special: bool) -> list[TokenPiece]:
         """The tokens of text; EngineError("this server cannot tokenize") for other servers."""
-        if self.kind == "llama-server":
+        if self.flavour.tokenize is Tokenize.PIECES:
             body = {
                 "content": text,
                 "add_special": add_special,
@@ -214,7 +214,7 @@ class ServerTokenizer:
                 "with_pieces": True,
             }
             return pieces_from_llama_server(self.call("POST", "/tokenize", body).get("tokens", []))
-        if self.kind != "llama-cpp-python":
+        if self.flavour.tokenize is not Tokenize.EXTRAS:
             raise EngineError("this server cannot tokenize")
         # This server always parses special tokens and adds BOS where the model wants one.
         answer = self.call("POST", "/extras/tokenize", {"input": text, "model": self.model})
@@ -245,7 +245,7 @@ class ServerTokenizer:
             rendered, exact = request.raw_prompt, True
         else:
             rendered, exact = "\n".join(m.content for m in request.messages), False
-            if self.kind == "llama-server":
+            if self.flavour.apply_template:
                 msgs = [{"role": m.role, "content": m.content} for m in request.messages]
                 try:
                     answer = self.call("POST", "/apply-template", {"messages": msgs})
@@ -253,7 +253,7 @@ class ServerTokenizer:
                 except (EngineError, KeyError) as exc:
                     if isinstance(exc, EngineError) and _unreachable(exc):
                         raise
-        if self.kind not in TOKENIZING_KINDS:
+        if not self.flavour.can_tokenize:
             return rendered, (), False
         try:
             tokens = tuple(self.tokenize(rendered, True, add_special=exact))

@@ -20,6 +20,7 @@ from textual.reactive import reactive, var
 from textual.widgets import Static
 
 from chatapp.chat.live_reply import LiveReply
+from chatapp.engine.inspection import REMOTE_NOTE as INSIDE_NOTE
 from chatapp.engine.inspection import Inspection, InspectRequest
 from chatapp.engine.protocol import Engine, EngineError, Token, TokenPiece
 from chatapp.textsafe import token_display
@@ -155,6 +156,9 @@ class InsidePanel(VerticalScroll, can_focus=True):
         engine = self.engine()
         if engine is None:
             self.status = "No model is loaded."
+            return
+        if not engine.capabilities.inside:  # as it declares: no capture is asked for
+            self.status = INSIDE_NOTE
             return
         self._last = target
         note = ""

@@ -27,9 +27,9 @@ ABOUT = (
 
 
 def steerable(engine: Engine | None) -> bool:
-    """Whether this engine can make, apply and meter vectors: a local model (a server's
-    layers are not ours to add to)."""
-    return engine is not None and callable(getattr(engine, "residuals", None))
+    """Whether this engine can make, apply and meter vectors, as it declares: a local model
+    (a server's layers are not ours to add to)."""
+    return engine is not None and engine.capabilities.steering
 
 
 def sentence(text: str) -> str:
