@@ -20,8 +20,8 @@ from chatapp.cli.options import (
     ThreadsOpt,
 )
 from chatapp.cli.typer_app import app
-from chatapp.commands.bench_loads import check_load
-from chatapp.commands.reference_tools import check_tool
+from chatapp.commands.bench.loads import check_load
+from chatapp.commands.bench.reference_tools import check_tool
 from chatapp.commands.settings import draft_choice, load_options, read_config, resolve_model
 from chatapp.errors import UsageError
 
@@ -153,16 +153,16 @@ def bench(
     )
     asked, tokens, reps = tokens, tokens or TOKENS, reps or REPS
     if mode == "--estimate":
-        from chatapp.commands.estimate_bench import print_estimate_bench
+        from chatapp.commands.bench.estimate import print_estimate_bench
 
         files = [resolve_model(f) for f in estimate or ()]
         raise typer.Exit(print_estimate_bench(files, options, reps, as_json))
     if mode == "--alternatives":
-        from chatapp.commands.batch_bench import print_batch_bench
+        from chatapp.commands.bench.batch import print_batch_bench
 
         raise typer.Exit(print_batch_bench(options, alternatives, tokens, reps, as_json))
     if mode == "--draft":
-        from chatapp.commands.draft_bench import print_draft_bench
+        from chatapp.commands.bench.draft import print_draft_bench
 
         raise typer.Exit(
             print_draft_bench(options, kind, reps, as_json, llama_server, tokens=asked)
@@ -190,7 +190,7 @@ def _speed(options, tokens, prompt_tokens, reps, llama_bench, llama_server, load
         )
     if busy:
         return _busy(options, tokens, depth, reps, llama_bench, llama_server, load, as_json)
-    from chatapp.commands.bench import run_bench
+    from chatapp.commands.bench.speed import run_bench
 
     return run_bench(
         options,
@@ -208,7 +208,7 @@ def _busy(options, tokens, depth, reps, llama_bench, llama_server, load, as_json
     pins it) is left out here, with a note."""
     from dataclasses import replace
 
-    from chatapp.commands.busy_bench import print_busy_bench
+    from chatapp.commands.bench.busy import print_busy_bench
 
     if options.n_threads is not None:
         print(

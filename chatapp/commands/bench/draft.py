@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from chatapp.commands.bench_run import turns
-from chatapp.commands.draft_tasks import HELD_OUT, DraftTask
+from chatapp.commands.bench.draft_tasks import HELD_OUT, DraftTask
+from chatapp.commands.bench.run import turns
 from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions
 from chatapp.metrics import GenerationStats, median
 from chatapp.models.compare import reply_ids
@@ -57,7 +57,7 @@ def _server_reply(server, prompt: str, tokens: int) -> ServerRun:
     """One greedy completion of the chat's rendered prompt by llama-server, its own timings."""
     import httpx
 
-    from chatapp.commands.reference_tools import ToolError, log_last_line
+    from chatapp.commands.bench.reference_tools import ToolError, log_last_line
     from chatapp.jsonfile import JsonFileError, parse
 
     body = {
@@ -171,7 +171,7 @@ class ServerArm:
         self.kept = None if mode != "none" else stack.enter_context(self._server())
 
     def _server(self):
-        from chatapp.commands.server_bench import LlamaServer
+        from chatapp.commands.bench.server import LlamaServer
 
         return LlamaServer(self.exe, self.options, self.log, extra=self.extra)
 

@@ -9,8 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from chatapp.commands.bench_run import Run
-from chatapp.commands.reference_tools import ToolError, log_last_line
+from chatapp.commands.bench.reference_tools import ToolError, log_last_line
+from chatapp.commands.bench.run import Run
 from chatapp.engine.protocol import LoadOptions
 from chatapp.sampling import SamplerSettings
 

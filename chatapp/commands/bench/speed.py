@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from chatapp import paths
-from chatapp.commands.bench_run import Run
-from chatapp.commands.llama_bench_tool import LLAMA_BENCH_VARIANTS, llama_bench_run
-from chatapp.commands.reference_tools import check_tool
+from chatapp.commands.bench.llama_bench_tool import LLAMA_BENCH_VARIANTS, llama_bench_run
+from chatapp.commands.bench.reference_tools import check_tool
+from chatapp.commands.bench.run import Run
 from chatapp.cpu_load import OtherPrograms, disturbed
 from chatapp.engine.local.load import huge_pages
 from chatapp.engine.protocol import Finished, GenerateRequest, LoadOptions
@@ -223,7 +223,7 @@ def run_bench(
                 bare = pools.enter_context(ctx.Pool(1, _bare_init, (options, log)))
             sides = {"engine": engine, "llama-cpp-python": pool, "bare decode": bare}
             if llama_server:
-                from chatapp.commands.server_bench import LlamaServer
+                from chatapp.commands.bench.server import LlamaServer
 
                 server_log = str(paths.log_dir() / "bench-llama-server.log")
                 sides["llama-server"] = pools.enter_context(
