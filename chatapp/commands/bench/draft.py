@@ -15,7 +15,7 @@ from chatapp.commands.bench.run import turns
 from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions
 from chatapp.metrics import GenerationStats, median
 from chatapp.models.compare import reply_ids
-from chatapp.sampling import SamplerSettings
+from chatapp.sampling import SamplerSettings, server_fields
 
 GREEDY = SamplerSettings(temperature=0.0, repeat_penalty=1.0)
 # llama-server's arms: its plain decode, then each of its n-gram modes on its own defaults
@@ -61,8 +61,8 @@ def _server_reply(server, prompt: str, tokens: int) -> ServerRun:
     from chatapp.jsonfile import JsonFileError, parse
 
     body = {
-        "prompt": prompt, "n_predict": tokens, "temperature": 0.0, "repeat_penalty": 1.0,
-        "cache_prompt": False, "stream": False,
+        "prompt": prompt, "n_predict": tokens, "cache_prompt": False, "stream": False,
+        **server_fields(GREEDY, "llama-server", leave_out=("max_tokens",)),
     }  # fmt: skip
     try:
         r = httpx.post(f"{server.url}/completion", json=body, timeout=600)

@@ -19,7 +19,7 @@ from chatapp.cpu_load import OtherPrograms, disturbed
 from chatapp.engine.local.load import huge_pages
 from chatapp.engine.protocol import Finished, GenerateRequest, LoadOptions
 from chatapp.metrics import median
-from chatapp.sampling import SamplerSettings
+from chatapp.sampling import PRESETS, by_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -29,9 +29,7 @@ if TYPE_CHECKING:
 
     from chatapp.engine.local.load.loaded_model import LoadedModel
 
-BENCH_SETTINGS = SamplerSettings(
-    temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, seed=42
-)
+BENCH_SETTINGS = PRESETS["balanced"]
 TEXT = (
     "The history of the lighthouse is the history of people who lived at the edge of the "
     "sea and wanted to come home. Long before electric lamps, fires burned on hills above "
@@ -117,7 +115,6 @@ def _bare_run(prompt: tuple[int, ...], n: int) -> Run:
 
 
 def _lcp_run(prompt: tuple[int, ...], n: int) -> Run:
-    s = BENCH_SETTINGS
     if _LLAMA is None:
         raise RuntimeError("llama-cpp-python runs in a pool that _lcp_init started")
     t0 = time.perf_counter()
@@ -126,12 +123,8 @@ def _lcp_run(prompt: tuple[int, ...], n: int) -> Run:
         list(prompt),
         max_tokens=n,
         stream=True,
-        temperature=s.temperature,
-        top_k=s.top_k,
-        top_p=s.top_p,
-        min_p=s.min_p,
-        repeat_penalty=s.repeat_penalty,
-        seed=s.seed,
+        # (the window is the Llama's own: last_n_tokens_size, 64 as the settings')
+        **by_name(BENCH_SETTINGS, leave_out=("max_tokens", "repeat_last_n")),
     )
     # stream=True gives an iterator of chunks (llama_cpp's annotation does not tell the cases)
     for chunk in cast("Iterator[CreateCompletionStreamResponse]", chunks):
