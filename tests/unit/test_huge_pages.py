@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.commands.ask import load_settings
+from chatapp.commands.ask_json import load_settings
 from chatapp.engine.local.load import huge_pages
 from chatapp.engine.local.process.child import real_std_streams
 from chatapp.engine.local.process.local_engine import LocalEngine
