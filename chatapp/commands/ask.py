@@ -103,11 +103,7 @@ def run_ask(
     attached = [read_attachment(path) for path in files]  # (a bad file: before the model loads)
     engine = make_engine(options, server, **(remote or {}))
     loaded = start_noting(engine)
-    session = ChatSession(settings=settings, system_prompt=system or "", top_n=top_n)
-    session.grammar = grammar
-    session.stop = tuple(stop)
-    session.enable_thinking = think
-    session.speculation = draft
+    session = _session(settings, system, top_n, grammar, stop, think, draft)
     session.attach(engine, loaded)
     reply = _Reply()
     try:
@@ -138,6 +134,16 @@ def run_ask(
         print(f"error: {cut}", file=sys.stderr)
         return 1
     return 0
+
+
+def _session(settings, system, top_n, grammar, stop, think, draft) -> ChatSession:
+    """The chat session of one `ask`, as its options set it."""
+    session = ChatSession(settings=settings, system_prompt=system or "", top_n=top_n)
+    session.grammar = grammar
+    session.stop = tuple(stop)
+    session.enable_thinking = think
+    session.speculation = draft
+    return session
 
 
 class _Reply:
