@@ -3,7 +3,7 @@ name) that the engine, the panels and the CLI read; the frozen settings dataclas
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, fields, replace
 from math import log
 from typing import Any, NamedTuple
@@ -194,6 +194,30 @@ CUTS: tuple[Sampler, ...] = tuple(r for r in SAMPLERS if r.kept is not None)
 def native_chain(s: SamplerSettings) -> tuple[Native, ...]:
     """llama.cpp's sampler chain for these settings, step by step."""
     return tuple(step for row in SAMPLERS for step in row.steps(s))
+
+
+def repeat_penalized(logits: Any, rp: float) -> Any:
+    """llama.cpp's repetition penalty on the logits of the tokens in its window (a numpy
+    array): a positive logit divided by rp, any other multiplied by it (both lower it)."""
+    return (logits > 0).choose(logits * rp, logits / rp)
+
+
+def by_name(s: SamplerSettings, leave_out: Collection[str] = ()) -> dict[str, Any]:
+    """The settings by the table's names, as keyword arguments of an API that names them as
+    SamplerSettings does (llama-cpp-python's create_completion), `leave_out` left out."""
+    return {row.name: getattr(s, row.name) for row in SAMPLERS if row.name not in leave_out}
+
+
+def server_fields(s: SamplerSettings, kind: str, leave_out: Collection[str] = ()) -> dict[str, Any]:
+    """The settings by the table's server names, those the server `kind` takes (a request's
+    body), the rows named in `leave_out` left out."""
+    return {
+        row.server: getattr(s, row.name)
+        for row in SAMPLERS
+        if row.server is not None
+        and (not row.server_kinds or kind in row.server_kinds)
+        and row.name not in leave_out
+    }
 
 
 class SettingsError(ChatappError):

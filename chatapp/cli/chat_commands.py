@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import replace
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from chatapp.cli.checks import some_file, some_text
+from chatapp.cli.chat_options import (
+    AskJsonOpt,
+    AutotuneOpt,
+    FileOpt,
+    GrammarOpt,
+    JsonSchemaOpt,
+    PromptArg,
+    RawOpt,
+    StopOpt,
+    SystemOpt,
+    VsOpt,
+)
 from chatapp.cli.options import (
     ApiKeyEnvOpt,
     BatchOpt,
@@ -38,6 +50,9 @@ from chatapp.commands.settings import (
 from chatapp.engine.protocol import LoadOptions
 from chatapp.errors import UsageError
 
+if TYPE_CHECKING:
+    from chatapp.config import Config
+
 
 @app.callback()
 def root(ctx: typer.Context) -> None:
@@ -60,59 +75,21 @@ def chat(
     model_name: ModelNameOpt = None,
     think: ThinkOpt = None,
     draft: DraftOpt = None,
-    system: Annotated[
-        str | None, typer.Option(help="system prompt: text, or @NAME for a named one")
-    ] = None,
-    autotune: Annotated[
-        bool | None,
-        typer.Option(
-            "--autotune/--no-autotune",
-            help="tune on first use: measure flash attention and threads for a file with no "
-            "saved tune, while you type (default: config, else on)",
-        ),
-    ] = None,
-    vs: Annotated[
-        str | None,
-        typer.Option(
-            "--vs",
-            help="a second GGUF file or name: each prompt goes to both, side by side (greedy)",
-        ),
-    ] = None,
+    system: SystemOpt = None,
+    autotune: AutotuneOpt = None,
+    vs: VsOpt = None,
     steer: SteerOpt = None,
     steer_layers: SteerLayersOpt = None,
 ) -> None:
     """Open the chat TUI (settings not given here come from config.toml)."""
-    from dataclasses import replace
-
-    from chatapp.config import load_config
-
-    config, problems = load_config()
-    problems += threads_notes(threads)
-    if system is not None:
-        from chatapp.chat.prompts import resolve_system
-
-        config = replace(config, system_prompt=resolve_system(system, config) or "")
-    if think is not None:
-        config = replace(config, think=think)
-    if autotune is not None:
-        config = replace(config, autotune=autotune)
+    config, problems = _chat_config(threads, system, think, autotune)
     url, remote = resolve_server(server, api_key_env, model_name, config)
     kind, draft_model = draft_choice(draft, config)
     config = replace(config, draft=kind)
     if vs is not None and url is not None:
         raise UsageError("--vs compares two local files; it does not take --server")
-    options = load_options(
-        model,
-        ctx=ctx,
-        ngl=ngl,
-        threads=threads,
-        batch=batch,
-        flash_attn=flash_attn,
-        repack=repack,
-        config=config,
-        find_model=url is None,
-        draft_model=draft_model,
-    )
+    loading = (ctx, ngl, threads, flash_attn, repack)
+    options = _load_options(model, config, url, draft_model, *loading, batch=batch)
     if vs is not None and steer:
         raise UsageError("--vs compares two models as they are; it does not take --steer")
     steering = steering_option(steer, steer_layers, options, url)
@@ -144,16 +121,51 @@ def chat(
     )
 
 
+def _chat_config(threads, system, think, autotune) -> tuple[Config, list[str]]:
+    """config.toml with chat's --system, --think and --autotune over it, and the notes for the
+    TUI's start (config's problems, --threads' warning)."""
+    from chatapp.config import load_config
+
+    config, problems = load_config()
+    problems += threads_notes(threads)
+    if system is not None:
+        from chatapp.chat.prompts import resolve_system
+
+        config = replace(config, system_prompt=resolve_system(system, config) or "")
+    if think is not None:
+        config = replace(config, think=think)
+    if autotune is not None:
+        config = replace(config, autotune=autotune)
+    return config, problems
+
+
+def _load_options(
+    model, config, url, draft_model, ctx, ngl, threads, flash_attn, repack, batch=None
+) -> LoadOptions:
+    """The model `chat` and `ask` load: the options given, config.toml's for the rest (with a
+    server, the model is the server's name for it)."""
+    return load_options(
+        model,
+        ctx=ctx,
+        ngl=ngl,
+        threads=threads,
+        batch=batch,
+        flash_attn=flash_attn,
+        repack=repack,
+        config=config,
+        find_model=url is None,
+        draft_model=draft_model,
+    )
+
+
 @app.command()
 @sampler_options
 def ask(
-    prompt: Annotated[str, typer.Argument(help="what to ask", callback=some_text)],
+    prompt: PromptArg,
     model: ModelOpt = None,
-    system: Annotated[
-        str | None, typer.Option(help="system prompt: text, or @NAME for a named one")
-    ] = None,
+    system: SystemOpt = None,
     samplers: dict | None = None,  # (sampler_options: --temperature, --top-k, ...)
-    stop: Annotated[list[str] | None, typer.Option(help="stop string (repeatable)")] = None,
+    stop: StopOpt = None,
     ctx: CtxOpt = None,
     ngl: NglOpt = None,
     threads: ThreadsOpt = None,
@@ -161,55 +173,29 @@ def ask(
     repack: RepackOpt = None,
     think: ThinkOpt = None,
     draft: DraftOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
+    as_json: AskJsonOpt = False,
     server: ServerOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
     model_name: ModelNameOpt = None,
-    json_schema: Annotated[
-        str | None, typer.Option(help="a JSON schema file: the reply is JSON that follows it")
-    ] = None,
-    grammar: Annotated[
-        str | None,
-        typer.Option(
-            help="a GBNF grammar file (llama.cpp's): the reply follows it", callback=some_file
-        ),
-    ] = None,
-    file: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--file", help="attach a text file (repeatable; - reads stdin)", callback=some_file
-        ),
-    ] = None,
+    json_schema: JsonSchemaOpt = None,
+    grammar: GrammarOpt = None,
+    file: FileOpt = None,
     steer: SteerOpt = None,
     steer_layers: SteerLayersOpt = None,
-    raw: Annotated[
-        bool,
-        typer.Option("--raw", help="the prompt as is, without the chat template (base models)"),
-    ] = False,
+    raw: RawOpt = False,
 ) -> None:
     """Stream one reply to stdout, then a stats line to stderr (defaults from config.toml)."""
+    from chatapp.chat.prompts import resolve_system
     from chatapp.commands.ask import grammar_option, run_ask
 
     constraint = grammar_option(json_schema, grammar)
-
     config = read_config()
-    from chatapp.chat.prompts import resolve_system
-
     system = resolve_system(system, config)
     settings = sampler_settings(config, **(samplers or {}))
     url, remote = resolve_server(server, api_key_env, model_name, config)
     kind, draft_model = draft_choice(draft, config)
-    options = load_options(
-        model,
-        ctx=ctx,
-        ngl=ngl,
-        threads=threads,
-        flash_attn=flash_attn,
-        repack=repack,
-        config=config,
-        find_model=url is None,
-        draft_model=draft_model,
-    )
+    loading = (ctx, ngl, threads, flash_attn, repack)
+    options = _load_options(model, config, url, draft_model, *loading)
     code = run_ask(
         prompt,
         options,

@@ -9,10 +9,28 @@ from typing import Annotated
 import typer
 
 from chatapp.cli.bench_modes import choose_mode
+from chatapp.cli.bench_options import (
+    DEFAULT_DEPTH,
+    REPS,
+    TOKENS,
+    AlternativesOpt,
+    BusyOpt,
+    DepthOpt,
+    EstimateOpt,
+    LlamaBenchOpt,
+    LlamaServerOpt,
+    LoadOpt,
+    RepsOpt,
+    SizeOpt,
+    TerminalOpt,
+    TokensOpt,
+    UiOpt,
+)
 from chatapp.cli.options import (
     CtxOpt,
     DraftOpt,
     FlashOpt,
+    JsonOpt,
     ModelArg,
     ModelOpt,
     NglOpt,
@@ -20,14 +38,11 @@ from chatapp.cli.options import (
     ThreadsOpt,
 )
 from chatapp.cli.typer_app import app
-from chatapp.commands.bench_loads import check_load
-from chatapp.commands.reference_tools import check_tool
+from chatapp.commands.bench.loads import check_load
+from chatapp.commands.bench.reference_tools import check_tool
 from chatapp.commands.settings import draft_choice, load_options, read_config, resolve_model
+from chatapp.engine.protocol import LoadOptions
 from chatapp.errors import UsageError
-
-DEFAULT_DEPTH = 256
-TOKENS = 128
-REPS = 3
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -40,88 +55,25 @@ def _size(text: str) -> tuple[int, int]:
 @app.command()
 def bench(
     model: ModelOpt = None,
-    tokens: Annotated[
-        int | None,
-        typer.Option(min=8, max=32768, help=f"tokens generated per run (default {TOKENS})"),
-    ] = None,
-    prompt_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--depth",
-            "--prompt-tokens",
-            min=8,
-            max=4194304,
-            help=f"prompt tokens per run: decode runs after them (default {DEFAULT_DEPTH})",
-        ),
-    ] = None,
-    reps: Annotated[
-        int | None,
-        typer.Option(min=1, max=1000, help=f"repetitions, alternating (default {REPS})"),
-    ] = None,
+    tokens: TokensOpt = None,
+    prompt_tokens: DepthOpt = None,
+    reps: RepsOpt = None,
     ctx: CtxOpt = None,
     threads: ThreadsOpt = None,
     ngl: NglOpt = None,
-    llama_bench: Annotated[
-        Path | None, typer.Option("--llama-bench", help="path of llama.cpp's llama-bench")
-    ] = None,
-    llama_server: Annotated[
-        Path | None,
-        typer.Option(
-            "--llama-server",
-            help="path of llama.cpp's llama-server: streams the same reply with top-10 "
-            "log-probabilities (the peer doing the token loop's work); with --busy, one more arm "
-            "under each load (on its own thread count); with --draft, its plain "
-            "decode and its n-gram modes on the same greedy chats (a fresh server for each "
-            "n-gram reply: those modes remember earlier replies)",
-        ),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
-    busy: Annotated[
-        bool,
-        typer.Option(
-            "--busy",
-            help="with programs of its own (--load) on 1, N-1 and N of N cores: the engine vs "
-            "llama-bench at each fixed thread count, and when the thread count switched",
-        ),
-    ] = False,
-    load: Annotated[
-        str | None,
-        typer.Option(
-            "--load",
-            help="with --busy, what those programs do: spin (a busy loop, the default), build "
-            "(a generated C file compiled in a loop with cc), memory (streaming through a "
-            "large buffer)",
-        ),
-    ] = None,
-    ui: Annotated[bool, typer.Option("--ui", help="stream through the real TUI, headless")] = False,
-    terminal: Annotated[
-        bool,
-        typer.Option(
-            "--terminal", help="the real TUI under tmux vs `chatapp ask`, same greedy reply"
-        ),
-    ] = False,
-    size: Annotated[
-        str | None,
-        typer.Option(
-            "--size", help="with --terminal: the terminal's COLUMNSxROWS (default 160x45)"
-        ),
-    ] = None,
+    llama_bench: LlamaBenchOpt = None,
+    llama_server: LlamaServerOpt = None,
+    as_json: JsonOpt = False,
+    busy: BusyOpt = False,
+    load: LoadOpt = None,
+    ui: UiOpt = False,
+    terminal: TerminalOpt = False,
+    size: SizeOpt = None,
     flash_attn: FlashOpt = None,
     repack: RepackOpt = None,
     draft: DraftOpt = None,
-    alternatives: Annotated[
-        int,
-        typer.Option(
-            "--alternatives", min=1, max=8, help="N replies in one batch vs one reply (2..8)"
-        ),
-    ] = 1,
-    estimate: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--estimate",
-            help="a GGUF file or name (repeatable): `pull --list`'s expected speed vs real decode",
-        ),
-    ] = None,
+    alternatives: AlternativesOpt = 1,
+    estimate: EstimateOpt = None,
 ) -> None:
     """Decode and prefill speed of the engine vs llama-cpp-python (and llama-bench)."""
     kind, draft_model = draft_choice(draft or "off")
@@ -137,11 +89,22 @@ def bench(
     }  # fmt: skip
     mode = choose_mode(modes, {flag for flag, value in given.items() if value is not None})
     screen = _size("160x45" if size is None else size)
-    check_tool("llama-bench", llama_bench)  # (before any model loads)
-    check_tool("llama-server", llama_server)
-    if busy:
-        check_load("spin" if load is None else load)
-    options = load_options(
+    _check_tools(llama_bench, llama_server, busy, load)
+    options = _options(model, ctx, ngl, threads, flash_attn, repack, draft_model)
+    asked, tokens, reps = tokens, tokens or TOKENS, reps or REPS
+    if mode in (None, "--busy"):
+        code = _speed(
+            options, tokens, prompt_tokens, reps, llama_bench, llama_server, load, as_json, busy
+        )
+    else:
+        chosen = (as_json, estimate, alternatives, kind, llama_server, screen)
+        code = _mode(mode, options, (asked, tokens, reps), *chosen)
+    raise typer.Exit(code)
+
+
+def _options(model, ctx, ngl, threads, flash_attn, repack, draft_model) -> LoadOptions:
+    """What bench loads: the options given, config.toml's for the rest."""
+    return load_options(
         model,
         ctx=ctx,
         ngl=ngl,
@@ -151,33 +114,40 @@ def bench(
         config=read_config(),
         draft_model=draft_model,
     )
-    asked, tokens, reps = tokens, tokens or TOKENS, reps or REPS
+
+
+def _check_tools(llama_bench: Path | None, llama_server: Path | None, busy: bool, load) -> None:
+    """The reference programs and --busy's load, before any model loads."""
+    check_tool("llama-bench", llama_bench)
+    check_tool("llama-server", llama_server)
+    if busy:
+        check_load("spin" if load is None else load)
+
+
+def _mode(mode, options, counts, as_json, estimate, alternatives, kind, llama_server, screen):
+    """The exit code of one of bench's modes (bench_modes.MODES); `counts` are the tokens
+    asked, the tokens and the repetitions."""
+    asked, tokens, reps = counts
     if mode == "--estimate":
-        from chatapp.commands.estimate_bench import print_estimate_bench
+        from chatapp.commands.bench.estimate import print_estimate_bench
 
         files = [resolve_model(f) for f in estimate or ()]
-        raise typer.Exit(print_estimate_bench(files, options, reps, as_json))
+        return print_estimate_bench(files, options, reps, as_json)
     if mode == "--alternatives":
-        from chatapp.commands.batch_bench import print_batch_bench
+        from chatapp.commands.bench.batch import print_batch_bench
 
-        raise typer.Exit(print_batch_bench(options, alternatives, tokens, reps, as_json))
+        return print_batch_bench(options, alternatives, tokens, reps, as_json)
     if mode == "--draft":
-        from chatapp.commands.draft_bench import print_draft_bench
+        from chatapp.commands.bench.draft import print_draft_bench
 
-        raise typer.Exit(
-            print_draft_bench(options, kind, reps, as_json, llama_server, tokens=asked)
-        )
+        return print_draft_bench(options, kind, reps, as_json, llama_server, tokens=asked)
     if mode == "--terminal":
         from chatapp.ui.bench.terminal_bench import print_terminal_bench
 
-        raise typer.Exit(print_terminal_bench(options, tokens, reps, as_json, screen))
-    if mode == "--ui":
-        from chatapp.ui.bench.headless_bench import run_ui_bench
+        return print_terminal_bench(options, tokens, reps, as_json, screen)
+    from chatapp.ui.bench.headless_bench import run_ui_bench  # (--busy is the speed run's)
 
-        raise typer.Exit(run_ui_bench(options, tokens, reps, as_json))
-    raise typer.Exit(
-        _speed(options, tokens, prompt_tokens, reps, llama_bench, llama_server, load, as_json, busy)
-    )
+    return run_ui_bench(options, tokens, reps, as_json)
 
 
 def _speed(options, tokens, prompt_tokens, reps, llama_bench, llama_server, load, as_json, busy):
@@ -190,7 +160,7 @@ def _speed(options, tokens, prompt_tokens, reps, llama_bench, llama_server, load
         )
     if busy:
         return _busy(options, tokens, depth, reps, llama_bench, llama_server, load, as_json)
-    from chatapp.commands.bench import run_bench
+    from chatapp.commands.bench.speed import run_bench
 
     return run_bench(
         options,
@@ -208,7 +178,7 @@ def _busy(options, tokens, depth, reps, llama_bench, llama_server, load, as_json
     pins it) is left out here, with a note."""
     from dataclasses import replace
 
-    from chatapp.commands.busy_bench import print_busy_bench
+    from chatapp.commands.bench.busy import print_busy_bench
 
     if options.n_threads is not None:
         print(

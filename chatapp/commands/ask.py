@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from chatapp import breakdown
 from chatapp.chat.attachments import (
     STDIN,
     STDIN_FROM_TERMINAL,
@@ -18,10 +18,11 @@ from chatapp.chat.attachments import (
     reply_budget,
 )
 from chatapp.chat.session import ChatSession
+from chatapp.commands.ask_json import ask_payload
 from chatapp.engine.factory import make_engine
 from chatapp.engine.protocol import (
-    Candidate,
     Engine,
+    Event,
     Failed,
     Finished,
     Grammar,
@@ -75,23 +76,6 @@ def start_noting(engine: Engine) -> ModelInfo:
     return info
 
 
-def load_settings(info) -> dict | None:
-    """How the model was run: what `ask --json` and the stats panel report."""
-    if info is None:
-        return None
-    return {
-        "threads": info.n_threads,
-        "flash_attn": info.flash_attn,
-        "exact_batches": info.exact_batches,
-        "repack": info.repack,
-        "huge_pages": info.huge_pages,
-        "weights_in_memory": info.weights_in_memory,
-        "extra_buffers": list(info.extra_buffers),
-        "n_gpu_layers": info.n_gpu_layers,
-        "tuned": info.tuned,
-    }
-
-
 def run_ask(
     prompt: str,
     options: LoadOptions,
@@ -119,110 +103,81 @@ def run_ask(
     attached = [read_attachment(path) for path in files]  # (a bad file: before the model loads)
     engine = make_engine(options, server, **(remote or {}))
     loaded = start_noting(engine)
-    session = ChatSession(settings=settings, system_prompt=system or "", top_n=top_n)
-    session.grammar = grammar
-    session.stop = tuple(stop)
-    session.enable_thinking = think
-    session.speculation = draft
+    session = _session(settings, system, top_n, grammar, stop, think, draft)
     session.attach(engine, loaded)
-    tokens: list[Token] = []
-    finished: Finished | None = None
-    failed: Failed | None = None
-    out = sys.stdout
-    shown, shown_err = for_stream(out), for_stream(sys.stderr)  # a terminal gets no raw escapes
+    reply = _Reply()
     try:
         if steer is not None:
             session.steering = started_steering(engine, options.model_path, steer)
         if attached:
             attached = counted(engine, attached)
             check_fits(engine, compose(prompt, attached), settings)
-        events = session.send(prompt, attached, raw=raw)
+        reply.take(session.send(prompt, attached, raw=raw), as_json)
+        info = engine.info  # (after the reply: a tune on first use may have changed it)
+    finally:
+        engine.close()
+    if reply.failed is not None:
+        return reply.say_failed(as_json)
+    assert reply.finished is not None
+    if as_json:
+        payload = ask_payload(
+            reply.finished, reply.tokens, session, info, options, settings, grammar, raw
+        )
+        json.dump(payload, sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        print(stats_line(reply.finished), file=sys.stderr)
+    cut = cut_short(reply.finished, grammar)
+    if cut:
+        print(f"error: {cut}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _session(settings, system, top_n, grammar, stop, think, draft) -> ChatSession:
+    """The chat session of one `ask`, as its options set it."""
+    session = ChatSession(settings=settings, system_prompt=system or "", top_n=top_n)
+    session.grammar = grammar
+    session.stop = tuple(stop)
+    session.enable_thinking = think
+    session.speculation = draft
+    return session
+
+
+class _Reply:
+    """One reply's events as they stream: its tokens (each written to stdout as it comes,
+    unless --json), its notes (to stderr) and how it ended."""
+
+    def __init__(self) -> None:
+        self.tokens: list[Token] = []
+        self.finished: Finished | None = None
+        self.failed: Failed | None = None
+
+    def take(self, events: Iterable[Event], as_json: bool) -> None:
+        out = sys.stdout
+        shown, shown_err = for_stream(out), for_stream(sys.stderr)  # a terminal: no raw escapes
         for event in events:
             if isinstance(event, Token):
-                tokens.append(event)
+                self.tokens.append(event)
                 if not as_json:
                     out.write(shown(event.text))
                     out.flush()
             elif isinstance(event, Notice):
                 print(shown_err(f"note: {event.message}"), file=sys.stderr)
             elif isinstance(event, Finished):
-                finished = event
+                self.finished = event
             elif isinstance(event, Failed):
-                failed = event
-        info = engine.info  # (after the reply: a tune on first use may have changed it)
-    finally:
-        engine.close()
-    if failed is not None:
-        if not as_json and tokens:
-            out.write("\n")
-        print(shown_err(one_line(f"error: {failed.message}")), file=sys.stderr)
+                self.failed = event
+
+    def say_failed(self, as_json: bool) -> int:
+        """The failure's one line on stderr (after the reply so far ends its line): exit 1."""
+        assert self.failed is not None
+        if not as_json and self.tokens:
+            sys.stdout.write("\n")
+        print(for_stream(sys.stderr)(one_line(f"error: {self.failed.message}")), file=sys.stderr)
         return 1
-    assert finished is not None
-    cut = cut_short(finished, grammar)
-    st = finished.stats
-    if as_json:
-        split = session.last_split
-        payload = {
-            "text": finished.text,
-            "thinking": split.thinking if split else "",  # a thinking model's reasoning
-            "answer": split.answer if split and (split.thinking or split.closed) else finished.text,
-            "stop_reason": str(finished.reason),
-            "grammar": grammar.source if grammar is not None else None,
-            "prompt_tokens": st.prompt_tokens,
-            "completion_tokens": st.completion_tokens,
-            "ttft_s": st.ttft_s,
-            "prefill_tps": st.prefill_tps,
-            "decode_tps": st.decode_tps,
-            "load_s": info.load_s if info else None,
-            "model": {
-                "path": info.path if info else options.model_path,
-                "size_bytes": info.size_bytes if info else None,
-                "quant": info.quant if info else None,
-                "architecture": info.architecture if info else None,
-                "n_params": info.n_params if info else None,
-            },
-            "settings": load_settings(info),
-            "sampler": settings.to_dict(),
-            "raw": raw,
-            "steering": session.last_steering.to_dict() if session.last_steering else None,
-            "speculation": {
-                "draft": st.draft,
-                "draft_model": info.draft_model if info else "",
-                "drafted": st.draft_tokens,
-                "accepted": st.draft_accepted,
-                "acceptance": st.acceptance,
-                "mean_accepted": st.mean_accepted,
-            },
-            "threads": {
-                "used": st.threads,
-                "most": st.threads_most,
-                "switches": [
-                    {"token": i, "threads": n, "why": w} for i, n, w in st.thread_switches
-                ],
-                "busy_cores": st.busy_cores,
-            },
-            "breakdown": breakdown.as_dict(st, load_s=info.load_s if info else None),
-            "tokens": [
-                {
-                    "id": t.id,
-                    "text": t.piece.decode("utf-8", "replace"),
-                    "logprob": t.logprob,
-                    "top": [candidate_row(c) for c in t.candidates],
-                    "drafted": t.drafted,
-                }
-                for t in tokens
-            ],
-        }
-        json.dump(payload, out, ensure_ascii=False)
-        out.write("\n")
-    else:
-        out.write("\n")
-        out.flush()
-        print(stats_line(finished), file=sys.stderr)
-    if cut:
-        print(f"error: {cut}", file=sys.stderr)
-        return 1
-    return 0
 
 
 CUT_REMEDY = {
@@ -242,18 +197,6 @@ def cut_short(finished: Finished, grammar: Grammar | None) -> str:
         f"the reply stopped ({finished.reason}) before it was complete, so it does not "
         f"follow {grammar.source}; {remedy}"
     )
-
-
-def candidate_row(c: Candidate) -> dict:
-    """One candidate in `ask --json` (docs/ask-json.md): its probability before the samplers
-    (null where a server did not report it), after them, and the step that cut it."""
-    return {
-        "id": c.id,
-        "text": c.text,
-        "p": c.p if c.p == c.p else None,
-        "p_after": c.p_final,
-        "cut_by": c.cut_by or None,
-    }
 
 
 def started_steering(engine: Engine, model_path: str, steer) -> Steering:

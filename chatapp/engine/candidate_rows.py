@@ -11,7 +11,7 @@ from typing import Protocol, overload
 
 import numpy as np
 
-from chatapp.sampling import CUTS, Kept, SamplerSettings
+from chatapp.sampling import CUTS, Kept, SamplerSettings, repeat_penalized
 
 GRAMMAR = "grammar"  # Candidate.cut_by of a token the grammar does not allow
 
@@ -164,7 +164,7 @@ def penalized(raw: np.ndarray, hit: np.ndarray | None, rp: float) -> np.ndarray:
     tokens) divided by rp when positive, multiplied when not."""
     pen = raw.astype(np.float64)
     if rp != 1.0 and hit is not None and hit.any():
-        pen[hit] = np.where(pen[hit] > 0, pen[hit] / rp, pen[hit] * rp)
+        pen[hit] = repeat_penalized(pen[hit], rp)
     return pen
 
 

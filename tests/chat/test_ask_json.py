@@ -9,7 +9,7 @@ import math
 import pytest
 from helpers import REPO, run_cli
 
-from chatapp.commands.ask import candidate_row
+from chatapp.commands.ask_json import candidate_row
 from chatapp.engine.protocol import Candidate
 from chatapp.sampling import CUTS
 

@@ -188,7 +188,7 @@ def test_bench_measures_every_contender_and_pairs_the_ratios():
 
 
 def test_bench_ends_llama_bench_runs_on_a_whole_kv_block_that_fits_the_context():
-    from chatapp.commands.bench import aligned_tokens
+    from chatapp.commands.bench.speed import aligned_tokens
 
     # llama-bench's context is depth + tokens: 1024 + 128 attends 1152 cells, a chat 1280
     assert aligned_tokens(1024, 128, n_ctx=4096) == 256
@@ -198,7 +198,7 @@ def test_bench_ends_llama_bench_runs_on_a_whole_kv_block_that_fits_the_context()
 
 
 def test_best_llama_bench_is_the_faster_configuration_not_the_luckier_sample():
-    from chatapp.commands.bench import Run, best_of
+    from chatapp.commands.bench.speed import Run, best_of
 
     fa0 = [Run(200, 105, 256), Run(210, 80, 256), Run(205, 81, 256)]  # median decode 81
     fa1 = [Run(250, 99, 256), Run(240, 88, 256), Run(260, 90, 256)]  # median decode 90
@@ -328,7 +328,7 @@ def test_the_draft_bench_says_where_the_first_pair_that_parted_parted():
     """`bench --draft` runs several (plain, drafted) pairs; a pair whose outputs part (a
     near-tie that batched quantized matmuls round the other way) is reported with its token,
     not only the last pair's."""
-    from chatapp.commands.draft_bench import Side, task_report
+    from chatapp.commands.bench.draft import Side, task_report
     from chatapp.metrics import GenerationStats
 
     def side(tps: float, ids: tuple[int, ...]) -> Side:

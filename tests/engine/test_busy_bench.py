@@ -10,8 +10,8 @@ import pytest
 from fakes import reference_tools
 from helpers import run_cli
 
-from chatapp.commands.bench_loads import compiler
-from chatapp.commands.busy_text import row_lines, timeline_lines
+from chatapp.commands.bench.busy_text import row_lines, timeline_lines
+from chatapp.commands.bench.loads import compiler
 
 DEPTH = 24
 

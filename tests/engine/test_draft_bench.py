@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.commands.draft_bench import SERVER_MODES, run_draft_bench, task_line
-from chatapp.commands.draft_tasks import DraftTask
+from chatapp.commands.bench.draft import SERVER_MODES, run_draft_bench, task_line
+from chatapp.commands.bench.draft_tasks import DraftTask
 from chatapp.engine.protocol import LoadOptions
 from chatapp.models.bundled import smollm2_path
 

@@ -15,11 +15,11 @@ from chatapp.cli import main
 from chatapp.models.bundled import smollm2_path
 
 RUNNERS = {
-    "speed": ("chatapp.commands.bench", "run_bench"),
-    "--busy": ("chatapp.commands.busy_bench", "print_busy_bench"),
-    "--alternatives": ("chatapp.commands.batch_bench", "print_batch_bench"),
-    "--draft": ("chatapp.commands.draft_bench", "print_draft_bench"),
-    "--estimate": ("chatapp.commands.estimate_bench", "print_estimate_bench"),
+    "speed": ("chatapp.commands.bench.speed", "run_bench"),
+    "--busy": ("chatapp.commands.bench.busy", "print_busy_bench"),
+    "--alternatives": ("chatapp.commands.bench.batch", "print_batch_bench"),
+    "--draft": ("chatapp.commands.bench.draft", "print_draft_bench"),
+    "--estimate": ("chatapp.commands.bench.estimate", "print_estimate_bench"),
     "--terminal": ("chatapp.ui.bench.terminal_bench", "print_terminal_bench"),
     "--ui": ("chatapp.ui.bench.headless_bench", "run_ui_bench"),
 }
@@ -48,7 +48,7 @@ def walk(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(typer.main, "get_command", functools.cache(typer.main.get_command))
     # (the stand-in tools are not asked for their --help at every step: test_reference_tools)
     from chatapp.cli import speed_commands
-    from chatapp.commands.reference_tools import check_tool
+    from chatapp.commands.bench.reference_tools import check_tool
 
     monkeypatch.setattr(
         speed_commands, "check_tool", lambda name, path: check_tool(name, path, probe=False)

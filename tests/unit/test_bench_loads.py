@@ -14,8 +14,8 @@ import time
 import psutil
 import pytest
 
-from chatapp.commands import bench_loads
-from chatapp.commands.bench_loads import LOADS, running
+from chatapp.commands.bench import loads as bench_loads
+from chatapp.commands.bench.loads import LOADS, running
 from chatapp.errors import UsageError
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="process groups")
@@ -103,7 +103,7 @@ def test_build_without_a_compiler_is_refused_in_a_sentence(monkeypatch):
 BENCH = textwrap.dedent(
     """
     import sys, time
-    from chatapp.commands.bench_loads import running
+    from chatapp.commands.bench.loads import running
     with running(sys.argv[1], 2, mib=16) as load:
         time.sleep(1.0)  # (a build's first compilers start)
         print(" ".join(str(p.pid) for p in load.procs), flush=True)

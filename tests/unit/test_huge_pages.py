@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from chatapp.commands.ask import load_settings
+from chatapp.commands.ask_json import load_settings
 from chatapp.engine.local.load import huge_pages
 from chatapp.engine.local.process.child import real_std_streams
 from chatapp.engine.local.process.local_engine import LocalEngine
@@ -122,7 +122,7 @@ def test_weights_are_read_in_only_with_huge_pages_on_the_cpu_and_room_to_spare(m
 def test_llama_bench_runs_as_the_engine_when_asked(tmp_path: Path, monkeypatch):
     """The benchmark's "as engine" llama-bench: the engine's flash attention, its huge pages
     and its weights read into memory; the flag variants map the file as llama-bench does."""
-    from chatapp.commands.bench import llama_bench_run
+    from chatapp.commands.bench.speed import llama_bench_run
 
     log = tmp_path / "calls"
     exe = tmp_path / "llama-bench"

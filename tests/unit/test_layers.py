@@ -21,7 +21,8 @@ def test_the_parent_process_never_loads_llama_cpp():
     # Static contracts cannot see this one: llama.cpp is imported inside the worker's process
     # only, so a crash in it never takes the UI or a command down.
     code = (
-        "import sys, chatapp.cli, chatapp.ui.app, chatapp.commands.ask, chatapp.commands.bench, "
+        "import sys, chatapp.cli, chatapp.ui.app, chatapp.commands.ask, "
+        "chatapp.commands.bench.speed, "
         "chatapp.models.compare, chatapp.models.quantize, "
         "chatapp.engine.local.process.local_engine, "
         "chatapp.engine.remote.client\n"

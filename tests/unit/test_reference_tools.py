@@ -7,9 +7,9 @@ import pytest
 from fakes import reference_tools
 from helpers import run_cli
 
-from chatapp.commands.llama_bench_tool import llama_bench_run
-from chatapp.commands.reference_tools import ToolError, check_tool
-from chatapp.commands.server_bench import LlamaServer
+from chatapp.commands.bench.llama_bench_tool import llama_bench_run
+from chatapp.commands.bench.reference_tools import ToolError, check_tool
+from chatapp.commands.bench.server import LlamaServer
 from chatapp.engine.protocol import LoadOptions
 
 OPTIONS = LoadOptions(model_path="m.gguf", n_threads=1, n_ctx=256)

@@ -195,3 +195,22 @@ def test_the_kept_rule_agrees_with_llama_cpps_chain(case):
     for t, p in want.items():
         assert got[t] == pytest.approx(p, rel=1e-4, abs=1e-7)
     assert set(CUT_NAMES[c] for c in cut.tolist()) <= {"", *(r.name for r in CUTS)}
+
+
+def test_the_repeat_penalty_lowers_a_logit_either_side_of_zero_as_llama_cpp_does():
+    from chatapp.sampling import repeat_penalized
+
+    logits = np.array([2.2, -2.0, 0.0, -np.inf], dtype=np.float32)
+    out = repeat_penalized(logits, 1.1)
+    assert out.dtype == np.float32
+    assert out.tolist() == np.array([2.2 / 1.1, -2.0 * 1.1, 0.0, -np.inf], np.float32).tolist()
+
+
+def test_a_benchs_server_body_and_python_call_get_the_tables_fields():
+    from chatapp.sampling import PRESETS, by_name, server_fields
+
+    s = PRESETS["balanced"]
+    body = server_fields(s, "llama-server", leave_out=("max_tokens",))
+    assert body == {r.server: getattr(s, r.name) for r in SAMPLERS if r.server != "max_tokens"}
+    assert "repeat_last_n" not in server_fields(s, "vllm")
+    assert by_name(s, leave_out=("seed",)) == {k: v for k, v in s.to_dict().items() if k != "seed"}

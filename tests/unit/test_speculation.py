@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chatapp.commands.draft_tasks import HELD_OUT
+from chatapp.commands.bench.draft_tasks import HELD_OUT
 from chatapp.engine.local.loop.drafts import DraftPolicy, NgramDrafter
 from chatapp.engine.local.loop.speculation import speculative_probs
 from chatapp.engine.local.process.local_engine import LocalEngine

@@ -183,7 +183,7 @@ def test_disturbed_means_other_programs_took_cores_the_threads_needed():
 
 
 def test_bench_says_which_repetitions_ran_beside_a_busy_program():
-    from chatapp.commands.bench import Run, format_report, summarize
+    from chatapp.commands.bench.speed import Run, format_report, summarize
     from chatapp.engine.protocol import LoadOptions
 
     runs = {
@@ -282,9 +282,9 @@ def test_the_load_watch_has_a_fresh_reading_after_an_idle_gap():
 def test_bench_busy_turns_the_arms_order_every_round_and_compares_round_by_round():
     """`bench --busy` runs the following engine, the pinned one and llama-bench at each count
     once a round, the order turning, and its ratios are medians of each round's own."""
-    from chatapp.commands.bench_run import Run, interleaved
-    from chatapp.commands.busy_bench import ArmRun, _row
-    from chatapp.commands.busy_text import row_lines
+    from chatapp.commands.bench.busy import ArmRun, _row
+    from chatapp.commands.bench.busy_text import row_lines
+    from chatapp.commands.bench.run import Run, interleaved
 
     calls: list[tuple[str, int]] = []
 

@@ -15,7 +15,7 @@ from chatapp.engine.candidate_rows import (
     candidate_rows,
     chain_cuts,
 )
-from chatapp.sampling import SamplerSettings
+from chatapp.sampling import SamplerSettings, repeat_penalized
 
 # How many candidates are ranked per step (more than are shown, so cuts are exact in practice).
 RANKED = 64
@@ -186,8 +186,7 @@ def vocab_cuts(
             kept = _PENALIZED[vocab.shape[0]] = np.empty_like(vocab)
         pen = kept
         np.copyto(pen, vocab)
-        seen = pen[window]
-        pen[window] = np.where(seen > 0, seen / rp, seen * rp)
+        pen[window] = repeat_penalized(pen[window], rp)
     n = pen.shape[0]
     top = float(pen.max())
     if log_z is None:

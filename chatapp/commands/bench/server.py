@@ -9,10 +9,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from chatapp.commands.bench_run import Run
-from chatapp.commands.reference_tools import ToolError, log_last_line
+from chatapp.commands.bench.reference_tools import ToolError, log_last_line
+from chatapp.commands.bench.run import Run
 from chatapp.engine.protocol import LoadOptions
-from chatapp.sampling import SamplerSettings
+from chatapp.sampling import SamplerSettings, server_fields
 
 TOP_N = 10  # candidates per token, as the engine reports them
 NAME = "llama-server"
@@ -97,9 +97,8 @@ class LlamaServer:
 
         body = {
             "prompt": list(prompt), "n_predict": n, "stream": True, "n_probs": TOP_N,
-            "ignore_eos": True, "cache_prompt": False, "temperature": settings.temperature,
-            "top_k": settings.top_k, "top_p": settings.top_p, "min_p": settings.min_p,
-            "repeat_penalty": settings.repeat_penalty, "seed": settings.seed,
+            "ignore_eos": True, "cache_prompt": False,
+            **server_fields(settings, NAME, leave_out=("max_tokens",)),  # (n_predict says it)
         }  # fmt: skip
         try:
             timings, tokens = self._stream(body)

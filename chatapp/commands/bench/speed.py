@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from chatapp import paths
-from chatapp.commands.bench_run import Run
-from chatapp.commands.llama_bench_tool import LLAMA_BENCH_VARIANTS, llama_bench_run
-from chatapp.commands.reference_tools import check_tool
+from chatapp.commands.bench.llama_bench_tool import LLAMA_BENCH_VARIANTS, llama_bench_run
+from chatapp.commands.bench.reference_tools import check_tool
+from chatapp.commands.bench.run import Run
 from chatapp.cpu_load import OtherPrograms, disturbed
 from chatapp.engine.local.load import huge_pages
 from chatapp.engine.protocol import Finished, GenerateRequest, LoadOptions
 from chatapp.metrics import median
-from chatapp.sampling import SamplerSettings
+from chatapp.sampling import PRESETS, by_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -29,9 +29,7 @@ if TYPE_CHECKING:
 
     from chatapp.engine.local.load.loaded_model import LoadedModel
 
-BENCH_SETTINGS = SamplerSettings(
-    temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, seed=42
-)
+BENCH_SETTINGS = PRESETS["balanced"]
 TEXT = (
     "The history of the lighthouse is the history of people who lived at the edge of the "
     "sea and wanted to come home. Long before electric lamps, fires burned on hills above "
@@ -117,7 +115,6 @@ def _bare_run(prompt: tuple[int, ...], n: int) -> Run:
 
 
 def _lcp_run(prompt: tuple[int, ...], n: int) -> Run:
-    s = BENCH_SETTINGS
     if _LLAMA is None:
         raise RuntimeError("llama-cpp-python runs in a pool that _lcp_init started")
     t0 = time.perf_counter()
@@ -126,12 +123,8 @@ def _lcp_run(prompt: tuple[int, ...], n: int) -> Run:
         list(prompt),
         max_tokens=n,
         stream=True,
-        temperature=s.temperature,
-        top_k=s.top_k,
-        top_p=s.top_p,
-        min_p=s.min_p,
-        repeat_penalty=s.repeat_penalty,
-        seed=s.seed,
+        # (the window is the Llama's own: last_n_tokens_size, 64 as the settings')
+        **by_name(BENCH_SETTINGS, leave_out=("max_tokens", "repeat_last_n")),
     )
     # stream=True gives an iterator of chunks (llama_cpp's annotation does not tell the cases)
     for chunk in cast("Iterator[CreateCompletionStreamResponse]", chunks):
@@ -190,22 +183,13 @@ def run_bench(
     check_tool("llama-server", llama_server)
     asked = tokens
     if llama_bench is not None:
-        tokens = aligned_tokens(prompt_tokens, tokens, options.n_ctx)
-        if tokens != asked and not as_json:
-            print(
-                f"tg{asked} -> tg{tokens}: llama-bench's context is exactly depth + tokens, "
-                f"and llama.cpp attends over fewer cells when that is not a multiple of "
-                f"{KV_PAD}; ending on one compares the same work",
-                file=sys.stderr,
-            )
-    log = str(paths.log_dir() / "bench-llama-cpp-python.log")
+        tokens = _aligned(prompt_tokens, tokens, options.n_ctx, as_json)
     results: dict[str, list[Run]] = {"engine": [], "llama-cpp-python": [], "bare decode": []}
     busy: list[float | None] = []
     if llama_bench:
         results.update({name: [] for name in LLAMA_BENCH_VARIANTS})
     if llama_server:
         results["llama-server"] = []
-    ctx = mp.get_context("spawn")
     with contextlib.closing(LocalEngine(options)) as engine:
         info = engine.start()
         # every contender runs what the engine chose here (tuned, or the CPU's defaults)
@@ -217,30 +201,9 @@ def run_bench(
             huge_pages=info.huge_pages,
         )
         with contextlib.ExitStack() as pools:
-            # the references start with the pages the engine got
-            with huge_pages.for_children(info.huge_pages):
-                pool = pools.enter_context(ctx.Pool(1, _lcp_init, (options, log)))
-                bare = pools.enter_context(ctx.Pool(1, _bare_init, (options, log)))
-            sides = {"engine": engine, "llama-cpp-python": pool, "bare decode": bare}
-            if llama_server:
-                from chatapp.commands.server_bench import LlamaServer
-
-                server_log = str(paths.log_dir() / "bench-llama-server.log")
-                sides["llama-server"] = pools.enter_context(
-                    LlamaServer(llama_server, options, server_log)
-                )
-            _alternate(
-                sides,
-                options,
-                results,
-                tokens,
-                prompt_tokens,
-                reps,
-                llama_bench,
-                as_json,
-                info.weights_in_memory,
-                busy,
-            )
+            sides = _sides(pools, engine, options, info.huge_pages, llama_server)
+            asked_for = (tokens, prompt_tokens, reps, llama_bench, as_json, info.weights_in_memory)
+            _alternate(sides, options, results, *asked_for, busy)
     if llama_bench:
         results["best llama-bench"] = best_of(
             results["llama-bench fa0"], results["llama-bench fa1"], results["llama-bench as engine"]
@@ -250,11 +213,39 @@ def run_bench(
     report["busy_cores"] = [None if b is None else round(b, 2) for b in busy]
     report["disturbed_reps"] = [i + 1 for i, b in enumerate(busy) if disturbed(b, options.threads)]
     report["weights_in_memory"] = info.weights_in_memory
-    if as_json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(format_report(report))
+    print(json.dumps(report, indent=2) if as_json else format_report(report))
     return 0
+
+
+def _aligned(prompt_tokens: int, tokens: int, n_ctx: int, as_json: bool) -> int:
+    """aligned_tokens, and a line on stderr saying why when it is not the count asked."""
+    aligned = aligned_tokens(prompt_tokens, tokens, n_ctx)
+    if aligned != tokens and not as_json:
+        print(
+            f"tg{tokens} -> tg{aligned}: llama-bench's context is exactly depth + tokens, "
+            f"and llama.cpp attends over fewer cells when that is not a multiple of "
+            f"{KV_PAD}; ending on one compares the same work",
+            file=sys.stderr,
+        )
+    return aligned
+
+
+def _sides(pools, engine, options: LoadOptions, pages, llama_server: Path | None) -> dict:
+    """The contenders, each in `pools` (closed with them): the engine, llama-cpp-python and
+    the bare loop in processes of their own, and llama-server when given."""
+    log = str(paths.log_dir() / "bench-llama-cpp-python.log")
+    ctx = mp.get_context("spawn")
+    # the references start with the pages the engine got
+    with huge_pages.for_children(pages):
+        pool = pools.enter_context(ctx.Pool(1, _lcp_init, (options, log)))
+        bare = pools.enter_context(ctx.Pool(1, _bare_init, (options, log)))
+    sides = {"engine": engine, "llama-cpp-python": pool, "bare decode": bare}
+    if llama_server:
+        from chatapp.commands.bench.server import LlamaServer
+
+        server_log = str(paths.log_dir() / "bench-llama-server.log")
+        sides["llama-server"] = pools.enter_context(LlamaServer(llama_server, options, server_log))
+    return sides
 
 
 def _alternate(

@@ -10,12 +10,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from chatapp.commands.bench_run import turns
-from chatapp.commands.draft_tasks import HELD_OUT, DraftTask
+from chatapp.commands.bench.draft_tasks import HELD_OUT, DraftTask
+from chatapp.commands.bench.run import turns
 from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions
 from chatapp.metrics import GenerationStats, median
 from chatapp.models.compare import reply_ids
-from chatapp.sampling import SamplerSettings
+from chatapp.sampling import SamplerSettings, server_fields
 
 GREEDY = SamplerSettings(temperature=0.0, repeat_penalty=1.0)
 # llama-server's arms: its plain decode, then each of its n-gram modes on its own defaults
@@ -57,12 +57,12 @@ def _server_reply(server, prompt: str, tokens: int) -> ServerRun:
     """One greedy completion of the chat's rendered prompt by llama-server, its own timings."""
     import httpx
 
-    from chatapp.commands.reference_tools import ToolError, log_last_line
+    from chatapp.commands.bench.reference_tools import ToolError, log_last_line
     from chatapp.jsonfile import JsonFileError, parse
 
     body = {
-        "prompt": prompt, "n_predict": tokens, "temperature": 0.0, "repeat_penalty": 1.0,
-        "cache_prompt": False, "stream": False,
+        "prompt": prompt, "n_predict": tokens, "cache_prompt": False, "stream": False,
+        **server_fields(GREEDY, "llama-server", leave_out=("max_tokens",)),
     }  # fmt: skip
     try:
         r = httpx.post(f"{server.url}/completion", json=body, timeout=600)
@@ -171,7 +171,7 @@ class ServerArm:
         self.kept = None if mode != "none" else stack.enter_context(self._server())
 
     def _server(self):
-        from chatapp.commands.server_bench import LlamaServer
+        from chatapp.commands.bench.server import LlamaServer
 
         return LlamaServer(self.exe, self.options, self.log, extra=self.extra)
 

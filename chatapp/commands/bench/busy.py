@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from chatapp.commands.ask import started_engine
-from chatapp.commands.bench import BENCH_SETTINGS, _prompt_ids
-from chatapp.commands.bench_loads import running
-from chatapp.commands.bench_run import Run, interleaved
-from chatapp.commands.busy_text import row_lines, timeline_lines
-from chatapp.commands.llama_bench_tool import llama_bench_run
+from chatapp.commands.bench.busy_text import row_lines, timeline_lines
+from chatapp.commands.bench.llama_bench_tool import llama_bench_run
+from chatapp.commands.bench.loads import running
+from chatapp.commands.bench.run import Run, interleaved
+from chatapp.commands.bench.speed import BENCH_SETTINGS, _prompt_ids
 from chatapp.cpus import usable_cpus
 from chatapp.engine.engine_errors import EngineError
 from chatapp.engine.protocol import Failed, Finished, GenerateRequest, LoadOptions, Token
@@ -167,7 +167,7 @@ def _server(exe: Path | None, options: LoadOptions, stack: contextlib.ExitStack)
     if exe is None:
         return None
     from chatapp import paths
-    from chatapp.commands.server_bench import LlamaServer
+    from chatapp.commands.bench.server import LlamaServer
 
     log = str(paths.log_dir() / "bench-llama-server.log")
     return stack.enter_context(LlamaServer(exe, options, log))

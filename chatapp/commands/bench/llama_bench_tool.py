@@ -6,8 +6,8 @@ import json
 import signal
 from pathlib import Path
 
-from chatapp.commands.bench_run import Run
-from chatapp.commands.reference_tools import last_line, printed_garbage, run_tool
+from chatapp.commands.bench.reference_tools import last_line, printed_garbage, run_tool
+from chatapp.commands.bench.run import Run
 from chatapp.engine.local.load import huge_pages
 from chatapp.engine.protocol import LoadOptions
 

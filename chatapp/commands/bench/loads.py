@@ -160,7 +160,7 @@ def _wait_ready(kind: str, proc: subprocess.Popen) -> None:
     if proc.stdout.readline().strip() == b"ready":
         return
     proc.wait()
-    from chatapp.commands.reference_tools import last_line
+    from chatapp.commands.bench.reference_tools import last_line
 
     raise LoadError(
         f"the {kind} load could not start (exit code {proc.returncode}); the last line it "

@@ -1,0 +1,1 @@
+"""`chatapp bench`'s benchmarks: the speed run and its modes, their contenders and loads."""
