@@ -114,6 +114,7 @@ def run_ask(
             check_fits(engine, compose(prompt, attached), settings)
         reply.take(session.send(prompt, attached, raw=raw), as_json)
         info = engine.info  # (after the reply: a tune on first use may have changed it)
+        limits = engine.capabilities.limits
     finally:
         engine.close()
     if reply.failed is not None:
@@ -121,7 +122,7 @@ def run_ask(
     assert reply.finished is not None
     if as_json:
         payload = ask_payload(
-            reply.finished, reply.tokens, session, info, options, settings, grammar, raw
+            reply.finished, reply.tokens, session, info, options, settings, grammar, raw, limits
         )
         json.dump(payload, sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")

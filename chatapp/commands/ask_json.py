@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from chatapp import breakdown
+from chatapp import breakdown, machine
 from chatapp.engine.protocol import Candidate, Finished, Grammar, LoadOptions, Token
 from chatapp.metrics import GenerationStats
+from chatapp.models.reply_limits import limits_of_reply
 from chatapp.sampling import SamplerSettings
 
 
@@ -48,9 +49,11 @@ def ask_payload(
     settings: SamplerSettings,
     grammar: Grammar | None,
     raw: bool,
+    limits: bool = False,
 ) -> dict[str, Any]:
     """The object `ask --json` prints for a finished reply (`info`: the engine's ModelInfo
-    after it, None when it had none)."""
+    after it, None when it had none; `limits`: the engine can hold it against the machine's
+    ceilings)."""
     st = finished.stats
     split = session.last_split
     return {
@@ -73,8 +76,18 @@ def ask_payload(
         "speculation": _speculation(st, info),
         "threads": _threads(st),
         "breakdown": breakdown.as_dict(st, load_s=info.load_s if info else None),
+        "limits": reply_limits_dict(info, finished, options) if limits else None,
         "tokens": [_token(t) for t in tokens],
     }
+
+
+def reply_limits_dict(info, finished: Finished, options: LoadOptions) -> dict[str, Any] | None:
+    """The reply against this machine's ceilings (docs/how-fast.md); None where the model's
+    file or the ceilings are not known here (`chatapp machine` measures them)."""
+    if info is None:
+        return None
+    found = limits_of_reply(info.path, finished.stats, machine.saved_ceilings(), options.n_batch)
+    return found.to_dict() if found is not None else None
 
 
 def _model(info, options: LoadOptions) -> dict[str, Any]:

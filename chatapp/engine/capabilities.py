@@ -34,6 +34,9 @@ class Capabilities:
     """A first-use tune of threads and flash attention (start_autotune, autotune_status)."""
     scoring: bool = False
     """Log-probabilities of given tokens and perplexity (score, perplexity)."""
+    limits: bool = False
+    """Its model file is known here, so a reply's bytes and FLOPs per token can be held
+    against this machine's ceilings (models/reply_limits.py)."""
 
 
 NOTHING = Capabilities()

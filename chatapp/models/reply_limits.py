@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from chatapp.models.token_cost import ModelCost
+from chatapp.errors import ChatappError
+from chatapp.gguf.header import read_header
+from chatapp.models.token_cost import ModelCost, model_cost
 
 HALF = 0.5  # a ceiling at least half used bounds the speed; neither: overhead
 
@@ -87,4 +89,28 @@ def reply_limits(
         bound=bound,
         decode_intensity=round(token.flops / token.bytes, 3),
         prefill_intensity=round(batch * prompt.flops / prompt.bytes, 3),
+    )
+
+
+def limits_of_reply(
+    model_path: str, stats, ceilings: dict | None, n_batch: int = 512
+) -> ReplyLimits | None:
+    """A finished reply's limits from its model file and the saved ceilings (None when the
+    file's header cannot be read, or nothing was measured: `chatapp machine` measures)."""
+    if not ceilings:
+        return None
+    try:
+        cost = model_cost(read_header(model_path))
+        mem, peak = float(ceilings["mem_read_gbps"]), float(ceilings["compute_gflops"])
+    except (ChatappError, OSError, KeyError, TypeError, ValueError):
+        return None
+    return reply_limits(
+        cost,
+        stats.prompt_tokens,
+        stats.completion_tokens,
+        stats.decode_tps or 0.0,
+        stats.prefill_tps or 0.0,
+        mem,
+        peak,
+        n_batch,
     )

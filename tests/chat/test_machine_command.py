@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from chatapp import ceilings, machine
 from chatapp.cli import app
+from chatapp.gguf.header import read_header
+from chatapp.models.token_cost import model_cost
 
 
 def test_machine_measures_once_then_shows_what_it_kept(fresh_dirs, monkeypatch):
@@ -21,3 +24,19 @@ def test_machine_measures_once_then_shows_what_it_kept(fresh_dirs, monkeypatch):
     assert again["ceilings"] == facts["ceilings"]  # kept, not measured again
     text = CliRunner().invoke(app, ["machine", "--measure"]).output
     assert "GB/s" in text and "GFLOP/s" in text and "numpy's BLAS" in text
+
+
+def test_ask_json_holds_the_reply_against_the_measured_ceilings(fresh_dirs, monkeypatch):
+    monkeypatch.setattr(ceilings, "READ_BUFFER_MIB", 64)
+    argv = ["ask", "--json", "--max-tokens", "12", "--temperature", "0", "Name a colour."]
+    before = json.loads(CliRunner().invoke(app, argv).stdout)
+    assert before["limits"] is None  # nothing measured yet: no ceiling to hold it against
+    assert CliRunner().invoke(app, ["machine"]).exit_code == 0
+    data = json.loads(CliRunner().invoke(app, argv).stdout)
+    limits = data["limits"]
+    depth = data["prompt_tokens"] + data["completion_tokens"] // 2
+    want = model_cost(read_header(data["model"]["path"])).at(depth)
+    assert limits["bytes_per_token"] == want.bytes
+    assert limits["decode_gbps"] == pytest.approx(want.bytes * data["decode_tps"] / 1e9, rel=1e-3)
+    assert limits["mem_peak_gbps"] == machine.saved_ceilings()["mem_read_gbps"]
+    assert limits["bound"] in ("memory", "compute", "overhead")

@@ -61,6 +61,7 @@ class LocalEngine:
         tokenize=True,
         autotune=True,
         scoring=True,
+        limits=True,
     )
 
     def __init__(self, options: LoadOptions, nice: int = 0) -> None:
