@@ -85,8 +85,28 @@ def fit_cmd(
         report = fit.fit_report(fit.shape_from_header(header), ctx, ngl, gpu, ram)
         out["fit"] = report.to_dict()
         text.append(fit.format_fit(report))
+        out["devices"], devices_text = _devices(header, report, ctx)
+        text.append(devices_text)
     print(json.dumps(out, indent=2) if as_json else "\n\n".join(text))
     return 0
+
+
+def _devices(header, report: fit.FitReport, ctx: int) -> tuple[dict, str]:
+    """Decode ceilings on common devices (and here, where measured) for a token at 1,024
+    tokens of context (or the whole context, if shorter): why a GPU is a number."""
+    from chatapp import machine
+    from chatapp.models.device_speeds import device_rows, format_device_rows
+    from chatapp.models.token_cost import model_cost
+
+    depth = min(ctx, 1024) - 1
+    token = model_cost(header).at(depth)
+    e = report.estimate
+    here = (machine.saved_ceilings() or {}).get("mem_read_gbps")
+    total = e.weights_bytes + e.kv_bytes + e.compute_bytes
+    rows = device_rows(token, total, float(here) if isinstance(here, int | float) else None)
+    data = {"depth": depth, "bytes_per_token": token.bytes, "rows": [r.to_dict() for r in rows]}
+    head = f"a token at depth {depth} reads {token.bytes / 1e6:.1f} MB"
+    return data, f"{head}\n{format_device_rows(rows)}"
 
 
 def models_cmd(

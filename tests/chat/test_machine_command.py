@@ -40,3 +40,17 @@ def test_ask_json_holds_the_reply_against_the_measured_ceilings(fresh_dirs, monk
     assert limits["decode_gbps"] == pytest.approx(want.bytes * data["decode_tps"] / 1e9, rel=1e-3)
     assert limits["mem_peak_gbps"] == machine.saved_ceilings()["mem_read_gbps"]
     assert limits["bound"] in ("memory", "compute", "overhead")
+
+
+def test_fit_says_what_decode_could_reach_on_common_devices(fresh_dirs, model_path):
+    out = CliRunner().invoke(app, ["fit", model_path, "--ctx", "2048", "--json"])
+    assert out.exit_code == 0, out.output
+    devices = json.loads(out.stdout)["devices"]
+    want = model_cost(read_header(model_path)).at(1023)
+    assert devices["depth"] == 1023 and devices["bytes_per_token"] == want.bytes
+    rows = devices["rows"]
+    assert [r["device"] for r in rows][-1].startswith("NVIDIA H100")
+    for r in rows:
+        assert r["decode_ceiling_tps"] == pytest.approx(r["bandwidth_gbps"] * 1e9 / want.bytes)
+    text = CliRunner().invoke(app, ["fit", model_path]).stdout
+    assert "decode ceiling (bandwidth / bytes per token)" in text
