@@ -109,13 +109,10 @@ class ConversationPane(Vertical):
 
     def set_status(self, text: str, error: bool = False) -> None:
         line = self.query_one("#status-line", Static)
-        tag = self.status_tag()  # what applies to every reply (a grammar) stays in sight
+        grammar = self.session.grammar  # what applies to every reply stays in sight
+        tag = f"⊘ {grammar.source}" if grammar is not None else ""
         line.update(literal(f"{tag} · {text}" if tag and text else tag or text), layout=False)
         line.set_class(error, "error")
-
-    def status_tag(self) -> str:
-        grammar = self.session.grammar
-        return f"⊘ {grammar.source}" if grammar is not None else ""
 
     # ---- the model ------------------------------------------------------------------------
 
@@ -155,13 +152,6 @@ class ConversationPane(Vertical):
         if self.model is not None:
             self.model = replace(self.model, state="tuned", info=info)
 
-    def _wait_for_model(self) -> None:
-        # The turn stays in the conversation and on screen; its reply starts once the model is
-        # loaded (a dead worker is replaced first).
-        self._reply_pending = True
-        self.start_model()
-        self.set_status("the model is loading; your message will be answered when it is ready")
-
     # ---- sending --------------------------------------------------------------------------
 
     @on(PromptInput.Submitted)
@@ -188,8 +178,10 @@ class ConversationPane(Vertical):
     async def generate(
         self, prefix: list[Token] | None = None, item: MessageView | None = None
     ) -> None:
-        if not self.session.ready:
-            self._wait_for_model()
+        if not self.session.ready:  # the turn stays; its reply starts once the model is loaded
+            self._reply_pending = True  # (a dead worker is replaced first)
+            self.start_model()
+            self.set_status("the model is loading; your message will be answered when it is ready")
             return
         self._reply_ids += 1
         if item is None:
@@ -202,7 +194,7 @@ class ConversationPane(Vertical):
         self.reply = reply
         self._blink(False)  # a blinking cursor is two frames a second that the model pays for
         self.paint_log = []
-        self._show_left_out(item, prepared.dropped)
+        self.chat.dim_left_out(item, len(self.session.conversation), prepared.dropped)
         reply.note = prepared.note  # said once: the status line while it streams and when done
         self.panels.start(live)
         self.pacer.start()
@@ -214,13 +206,6 @@ class ConversationPane(Vertical):
         self.app.run_worker(
             stream.run, thread=True, exclusive=True, group=self.reply_group, exit_on_error=False
         )
-
-    def _show_left_out(self, reply_item: MessageView, dropped: int) -> None:
-        """Dim the messages the prompt leaves out (the oldest); the history keeps them."""
-        items = [it for it in self.chat.items() if it is not reply_item]
-        offset = len(self.session.conversation) - len(items)
-        for i, it in enumerate(items):
-            it.set_class(i + offset < dropped, "left-out")
 
     def stop(self) -> bool:
         """Stop the reply streaming (killed after STOP_GRACE_S); False when none streams."""

@@ -10,7 +10,6 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, TabbedContent, TabPane
 
 from chatapp.chat.session import ChatSession
@@ -25,6 +24,7 @@ from chatapp.ui.pacing import settle_gc
 from chatapp.ui.screens.conversations import Choice, ConversationsScreen
 from chatapp.ui.screens.file_picker import FilePickerScreen
 from chatapp.ui.screens.grammar import CLEAR, GrammarScreen
+from chatapp.ui.screens.panel_view import PanelView
 from chatapp.ui.screens.system_prompt import SystemPromptScreen
 from chatapp.ui.streaming import ReplyStream
 from chatapp.ui.widgets.chat import MessageView
@@ -43,7 +43,7 @@ def _key(key: str, action: str, description: str, id: str, show: bool = True) ->
     return Binding(key, action, description, show=show, id=id, priority=True)
 
 
-class ChatScreen(Screen):
+class ChatScreen(PanelView):
     """The chat: its layout, its keys, its dialogs and the view's toggles. The conversation
     lives in the ConversationPane (`pane`): the keys that act on it name its commands
     (`pane('regenerate')`), and the live panels laid out here join it as they mount."""
@@ -114,7 +114,6 @@ class ChatScreen(Screen):
         settings: SamplerSettings | None = None,
     ) -> None:
         super().__init__()
-        self.session = session
         self.slot = slot
         self.config = config  # its presets and model_dirs are used here
         self.initial_settings = settings or SamplerSettings()
@@ -153,19 +152,10 @@ class ChatScreen(Screen):
         self.watch(self.pane, "model", self._steer_follows, init=False)
         self.pane.start_model()
 
-    # ---- its parts ----------------------------------------------------------------------------
-
     @property
-    def probs(self) -> ProbPanel:
-        return self.query_one("#probs", ProbPanel)
-
-    @property
-    def token_panel(self) -> TokenPanel:
-        return self.query_one("#tokens", TokenPanel)
-
-    @property
-    def stats_panel(self) -> StatsPanel:
-        return self.query_one("#stats", StatsPanel)
+    def session(self) -> ChatSession:
+        """The conversation's session: its pane's."""
+        return self.pane.session
 
     @property
     def sampler(self) -> SamplerPanel:
@@ -215,12 +205,6 @@ class ChatScreen(Screen):
 
     def on_reply_stream_steering_took_effect(self, message: ReplyStream.SteeringTookEffect) -> None:
         self.query_one("#steer", SteerPanel).applied(message.event)
-
-    def action_steer(self) -> None:
-        """The Steer tab, its first control focused."""
-        self.show_panels()
-        self.query_one(TabbedContent).active = "tab-steer"
-        self.call_after_refresh(self.query_one("#steer", SteerPanel).focus_first)
 
     @on(TokenStrip.Selected, "#reply-tokens")
     def on_reply_token_selected(self, message: TokenStrip.Selected) -> None:
@@ -302,62 +286,6 @@ class ChatScreen(Screen):
                     "continuing with the loaded model",
                     severity="warning",
                 )
-
-    # ---- the view ---------------------------------------------------------------------------
-
-    @property
-    def narrow(self) -> bool:
-        """Below 100 columns: the chat and the panels take the whole width in turn."""
-        return self.has_class("-narrow")
-
-    def action_toggle_side(self) -> None:
-        """Wide: hide or show the panels. Narrow: switch between the chat and the panels."""
-        main = self.query_one("#main")
-        main.toggle_class("-swap")
-        if self.narrow:
-            shown = self.probs if main.has_class("-swap") else self.query_one("#prompt")
-            self.call_after_refresh(shown.focus)
-
-    def show_panels(self) -> None:
-        """Bring the panels into sight (narrow: in place of the chat)."""
-        self.query_one("#main").set_class(self.narrow, "-swap")
-
-    def back_to_the_chat(self) -> bool:
-        """Narrow with the panels in place of the chat: the chat again, its prompt focused
-        (Esc there). False where the chat is already in sight."""
-        if not (self.narrow and self.query_one("#main").has_class("-swap")):
-            return False
-        self.action_toggle_side()
-        return True
-
-    def _focus_in_sight(self, screen: Screen) -> None:
-        """Give the focus to the prompt where the focused widget is hidden (keys typed into a
-        widget nobody sees are lost): across the 100-column breakpoint the panels' swap changes
-        meaning (narrow: shown instead of the chat; wide: hidden), so a resize can hide a
-        focused slider. Run on each layout refresh of this screen (a few attribute reads)."""
-        if screen is not self.app.screen:
-            return
-        focused = screen.focused
-        if focused is None or all(node.display for node in focused.ancestors_with_self):
-            return
-        prompt = screen.query_one("#prompt")
-        if all(node.display for node in prompt.ancestors_with_self):
-            prompt.focus()
-
-    def action_toggle_prompt_tokens(self) -> None:
-        self.query_one(TabbedContent).active = "tab-tokens"
-        self.token_panel.show_prompt = not self.token_panel.show_prompt
-
-    def action_toggle_ids(self) -> None:
-        self.token_panel.toggle_ids()
-
-    def action_toggle_surprise(self) -> None:
-        self.query_one(TabbedContent).active = "tab-tokens"
-        self.token_panel.surprise = not self.token_panel.surprise
-
-    def action_focus_sampler(self) -> None:
-        self.show_panels()  # narrow: once the panels are laid out, the focus scrolls to it
-        self.call_after_refresh(self.query_one("#slider-temperature").focus)
 
     # ---- the tokenizer box ----------------------------------------------------------------
 

@@ -80,6 +80,8 @@ class LivePanel(Widget):
     message to the conversation's LiveFeed), and it hides itself while the model's engine lacks
     the capability it `needs`."""
 
+    DEFAULT_CSS = "LivePanel.-lacking { display: none; }"
+
     needs: ClassVar[str] = ""
     """The Capabilities field this panel needs ("": none)."""
     follows_branches: ClassVar[bool] = True
@@ -101,7 +103,7 @@ class LivePanel(Widget):
         """The conversation's model changed (its `model` reactive): shown or hidden by what
         its engine can do; subclasses show its facts."""
         if model is not None:
-            self.display = model.can(self.needs)
+            self.set_class(not model.can(self.needs), "-lacking")
 
     def reply_begins(self) -> None:
         """A reply starts streaming."""
