@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fakes.engines import ScriptedEngine
 from helpers import SIZE, pane, send, wait_until
+from textual.widgets import TabbedContent
 
 from chatapp.engine.capabilities import Capabilities
 from chatapp.ui.app import ChatApp
@@ -49,4 +50,5 @@ async def test_a_panel_whose_capability_is_missing_hides_itself():
         await pilot.pause()
         inside = app.query_one(InsidePanel)
         assert inside.has_class("-lacking") and not inside.display
+        assert not app.query_one(TabbedContent).get_tab("tab-inside").display
         assert app.query_one(ProbPanel).display  # (candidates: it has them)

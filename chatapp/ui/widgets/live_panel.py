@@ -9,6 +9,7 @@ from textual.dom import DOMNode
 from textual.message import Message
 from textual.reactive import var
 from textual.widget import Widget
+from textual.widgets import TabbedContent, TabPane
 
 from chatapp.chat.live_reply import LiveReply
 from chatapp.engine.capabilities import NOTHING, Capabilities
@@ -77,8 +78,8 @@ class LiveFeed:
 class LivePanel(Widget):
     """A panel that follows its conversation's live reply (`reply`, redrawn in its watcher) and
     its model: on mount it joins the conversation (the screen that laid it out hands its Joined
-    message to the conversation's LiveFeed), and it hides itself while the model's engine lacks
-    the capability it `needs`."""
+    message to the conversation's LiveFeed), and it hides itself (and its tab) while the model's
+    engine lacks the capability it `needs`."""
 
     DEFAULT_CSS = "LivePanel.-lacking { display: none; }"
 
@@ -102,8 +103,20 @@ class LivePanel(Widget):
     def model_changed(self, model: LoadedModel | None) -> None:
         """The conversation's model changed (its `model` reactive): shown or hidden by what
         its engine can do; subclasses show its facts."""
-        if model is not None:
-            self.set_class(not model.can(self.needs), "-lacking")
+        if model is not None and self.needs:
+            self._show(model.can(self.needs))
+
+    def _show(self, able: bool) -> None:
+        """Shown or hidden, with the tab it is in, if any."""
+        self.set_class(not able, "-lacking")
+        tab = next((a for a in self.ancestors if isinstance(a, TabPane)), None)
+        tabs = next((a for a in self.ancestors if isinstance(a, TabbedContent)), None)
+        if tab is None or not tab.id or tabs is None:
+            return
+        if able:
+            tabs.show_tab(tab.id)
+        else:
+            tabs.hide_tab(tab.id)
 
     def reply_begins(self) -> None:
         """A reply starts streaming."""
