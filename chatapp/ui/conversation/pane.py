@@ -114,13 +114,13 @@ class ConversationPane(Vertical):
         line.update(literal(f"{tag} · {text}" if tag and text else tag or text), layout=False)
         line.set_class(error, "error")
 
-    # ---- the model ------------------------------------------------------------------------
-
     async def command(self, name: str, *args: object) -> None:
         """Run the chat key's command `name` (a method of Commands, with `args`)."""
         result = getattr(self.commands, name)(*args)
         if inspect.isawaitable(result):
             await result
+
+    # ---- the model ------------------------------------------------------------------------
 
     def start_model(self) -> None:
         if self.slot.start():
