@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from textual import on
 from textual.app import SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
@@ -129,10 +130,10 @@ class ChatApp(LiteralApp):
             what = event.worker.name or event.worker.group or "a background task"
             self.notify(f"{what} failed: {error}", title="Error", severity="error", timeout=10)
 
-    def on_engine_slot_noted(self, message: EngineSlot.Noted) -> None:
-        self.notify(message.message, title="Note", severity="warning")
-
-    def on_reply_stream_noted(self, message: ReplyStream.Noted) -> None:
+    @on(EngineSlot.Noted)
+    @on(ReplyStream.Noted)
+    def show_note(self, message: EngineSlot.Noted | ReplyStream.Noted) -> None:
+        """The engine's note on its load or its reply (a fallback taken...)."""
         self.notify(message.message, title="Note", severity="warning")
 
     # ---- themes, help, palette ------------------------------------------------------------
@@ -179,12 +180,12 @@ class ChatApp(LiteralApp):
     def on_engine_slot_ready(self, message: EngineSlot.Ready) -> None:
         info = self.slot.ready(message)
         self.sub_title = f"{Path(info.path).name} · ctx {info.n_ctx}"
-        self.chat_screen.model_ready(info)
+        self.chat_screen.pane.model_ready(info)
         self.slot.autotune(self.config)
 
     def on_engine_slot_failed(self, message: EngineSlot.Failed) -> None:
         self.slot.failed(message)
-        self.chat_screen.model_failed(message.message)
+        self.chat_screen.pane.model_failed(message.message)
         self.notify(message.message, title="Model not loaded", severity="error", timeout=10)
 
     def on_autotune_changed(self, message: autotune_watch.AutotuneChanged) -> None:
@@ -201,7 +202,7 @@ class ChatApp(LiteralApp):
         engine = self.slot.engine
         done = message.status.get("state") == "done"
         if done and engine is not None and engine.info is not None:
-            self.chat_screen.tuned(engine.info)
+            self.chat_screen.pane.tuned(engine.info)
 
     def action_restart_engine(self) -> None:
         if not self.busy:

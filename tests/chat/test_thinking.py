@@ -134,7 +134,7 @@ async def test_the_tui_streams_reasoning_into_a_block_that_folds_and_is_saved(tm
         saved = store.messages(pane(app).session.history.conversation_id)[-1]
         assert saved.text.lstrip().startswith("<think>") and "four" in saved.text
         # a saved conversation shows its reasoning folded again
-        await app.chat_screen.action_new_chat()
+        await app.chat_screen.action_pane("new_chat")
         await app.chat_screen.resume(saved.conversation_id)
         await pilot.pause(0.2)
         again = pane(app).chat.items()[-1]

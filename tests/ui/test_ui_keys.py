@@ -34,3 +34,19 @@ async def test_f1_and_the_palette_show_rebound_keys_and_every_binding():
         await pilot.pause()
         commands = {c.title: c.help for c in app.get_system_commands(app.screen)}
         assert "ctrl+g" in commands["Regenerate"] and "ctrl+r" not in commands["Regenerate"]
+
+
+def test_every_pane_key_names_a_command_of_the_conversation():
+    import inspect
+
+    from textual.actions import parse
+
+    from chatapp.ui.conversation.commands import Commands
+    from chatapp.ui.screens.chat import ChatScreen
+
+    named = [parse(b.action) for b in ChatScreen.BINDINGS if b.action.startswith("pane(")]
+    assert len(named) >= 12
+    for _, action, (command, *args) in named:
+        assert action == "pane"
+        method = getattr(Commands, command)
+        inspect.signature(method).bind(None, *args)  # (self, then the key's arguments)

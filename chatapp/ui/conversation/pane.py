@@ -3,23 +3,26 @@ and the one live reply (send, stream, stop, regenerate, edit, continue, rewind, 
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widget import Widget
+from textual.reactive import reactive
 from textual.widgets import Static
 
 from chatapp.chat.attachments import Attachment
-from chatapp.chat.session import ChatSession, PickError
+from chatapp.chat.session import ChatSession
 from chatapp.config import Config, draft_source
-from chatapp.engine.protocol import Candidate, ModelInfo, Token
+from chatapp.engine.protocol import ModelInfo, Token
 from chatapp.ui.conversation.attach_box import AttachBox
 from chatapp.ui.conversation.branch_view import BranchView
+from chatapp.ui.conversation.commands import Commands
 from chatapp.ui.conversation.copy_actions import Clipboard
 from chatapp.ui.conversation.panel_feed import PanelFeed
 from chatapp.ui.conversation.reply import Reply, footer_for
@@ -30,15 +33,19 @@ from chatapp.ui.pacing import FramePacer, settle_gc
 from chatapp.ui.prompt_input import PromptInput
 from chatapp.ui.streaming import SMOOTH, ReplyStream
 from chatapp.ui.widgets.chat import ChatView, MessageView
-from chatapp.ui.widgets.stats import LiveStats
+from chatapp.ui.widgets.live_panel import LoadedModel
 
 STOP_GRACE_S = 3.0  # after Esc, a worker that has not stopped by then is killed
 
 
 class ConversationPane(Vertical):
     """One conversation: it owns the ChatSession and the live reply, maps the reply's events
-    (posted here by the generation thread, ui/streaming.py) onto the chat and the side panels
-    of its screen, and keeps the reply's edits and branches. The engine comes from `slot`."""
+    (posted here by the generation thread, ui/streaming.py) onto the chat and the live panels
+    that joined it (`panels`), and runs the chat keys' commands (`commands`). The engine comes
+    from `slot`; what is loaded there is `model`, which the panels watch."""
+
+    model: reactive[LoadedModel | None] = reactive(None, always_update=True, init=False)
+    """The loaded model's facts and capabilities, and whether it is loading (None: not yet)."""
 
     def __init__(
         self,
@@ -47,14 +54,12 @@ class ConversationPane(Vertical):
         config: Config,
         *,
         id: str | None = None,
-        panels: Widget | None = None,  # has its Next token, Tokens, Speed panels (None: the screen)
         reply_group: str = "generate",  # its replies' worker group (a new reply replaces its own)
     ) -> None:
         super().__init__(id=id)
         self.session = session
         self.slot = slot
         self.config = config
-        self.panel_holder = panels
         self.reply_group = reply_group
         session.enable_thinking = config.think
         session.speculation = draft_source(config.draft)[0]
@@ -68,13 +73,15 @@ class ConversationPane(Vertical):
         self.pacer = FramePacer(SMOOTH)  # how often a streaming reply is drawn, paced here
         self.attached = AttachBox(self)  # files for the next message (`/file PATH`)
         self.clipboard = Clipboard(self)
+        self.panels = PanelFeed(self, self.pacer)  # the live panels laid out for it (they join)
+        self.commands = Commands(self)  # what the chat's keys do here
 
     def compose(self) -> ComposeResult:
         yield ChatView(id="chat")
         yield Static("", id="status-line")
         yield PromptInput(id="prompt")
 
-    # ---- the parts it draws on (the side panels are its screen's) -------------------------
+    # ---- the parts it draws on -------------------------------------------------------------
 
     @property
     def chat(self) -> ChatView:
@@ -83,11 +90,6 @@ class ConversationPane(Vertical):
     @property
     def prompt(self) -> PromptInput:
         return self.query_one("#prompt", PromptInput)
-
-    @cached_property
-    def panels(self) -> PanelFeed:
-        """The screen's side panels, and the reply they show."""
-        return PanelFeed(self, self.pacer, self.panel_holder)
 
     @cached_property
     def branches(self) -> BranchView:
@@ -107,43 +109,48 @@ class ConversationPane(Vertical):
 
     def set_status(self, text: str, error: bool = False) -> None:
         line = self.query_one("#status-line", Static)
-        tag = self.status_tag()  # what applies to every reply (a grammar) stays in sight
+        grammar = self.session.grammar  # what applies to every reply stays in sight
+        tag = f"⊘ {grammar.source}" if grammar is not None else ""
         line.update(literal(f"{tag} · {text}" if tag and text else tag or text), layout=False)
         line.set_class(error, "error")
 
-    def status_tag(self) -> str:
-        grammar = self.session.grammar
-        return f"⊘ {grammar.source}" if grammar is not None else ""
+    async def command(self, name: str, *args: object) -> None:
+        """Run the chat key's command `name` (a method of Commands, with `args`)."""
+        result = getattr(self.commands, name)(*args)
+        if inspect.isawaitable(result):
+            await result
 
     # ---- the model ------------------------------------------------------------------------
 
     def start_model(self) -> None:
         if self.slot.start():
             self.set_status("loading the model…")
-            self.panels.stats.stats = LiveStats(state="loading")
+            self.model = (self.model or LoadedModel()).now("loading")
 
     def model_ready(self, info: ModelInfo) -> None:
-        if self.slot.engine is None:  # (gone again before its Ready message was handled)
+        engine = self.slot.engine
+        if engine is None:  # (gone again before its Ready message was handled)
             return
-        self.session.attach(self.slot.engine, info)
+        self.session.attach(engine, info)
+        self.model = LoadedModel("ready", info, engine.capabilities)
         self.set_status(f"ready: {Path(info.path).name} loaded in {info.load_s:.2f} s")
         self.pacer.use(self.slot.cadence)
         self.panels.sampler.show_draft(self.session.speculation)
         if self._reply_pending:
             self._reply_pending = False
-            self.app.run_worker(self._generate(), exclusive=False)
+            self.app.run_worker(self.generate(), exclusive=False)
 
     def model_failed(self, message: str) -> None:
         self.session.detach()
         self.set_status(f"error: {message}", error=True)
         self._reply_pending = False
+        self.model = (self.model or LoadedModel()).now("no model")
 
-    def _wait_for_model(self) -> None:
-        # The turn stays in the conversation and on screen; its reply starts once the model is
-        # loaded (a dead worker is replaced first).
-        self._reply_pending = True
-        self.start_model()
-        self.set_status("the model is loading; your message will be answered when it is ready")
+    def tuned(self, info: ModelInfo) -> None:
+        """The tune on first use is done: the same model, run with the tune's settings."""
+        self.session.info = info
+        if self.model is not None:
+            self.model = replace(self.model, state="tuned", info=info)
 
     # ---- sending --------------------------------------------------------------------------
 
@@ -166,13 +173,15 @@ class ConversationPane(Vertical):
         """Add a user turn (with its attached files) and generate the reply to it."""
         self.session.add_user(text, files)
         await self.chat.add("user", self.session.conversation[-1].content)
-        await self._generate()
+        await self.generate()
 
-    async def _generate(
+    async def generate(
         self, prefix: list[Token] | None = None, item: MessageView | None = None
     ) -> None:
-        if not self.session.ready:
-            self._wait_for_model()
+        if not self.session.ready:  # the turn stays; its reply starts once the model is loaded
+            self._reply_pending = True  # (a dead worker is replaced first)
+            self.start_model()
+            self.set_status("the model is loading; your message will be answered when it is ready")
             return
         self._reply_ids += 1
         if item is None:
@@ -185,7 +194,7 @@ class ConversationPane(Vertical):
         self.reply = reply
         self._blink(False)  # a blinking cursor is two frames a second that the model pays for
         self.paint_log = []
-        self._show_left_out(item, prepared.dropped)
+        self.chat.dim_left_out(item, len(self.session.conversation), prepared.dropped)
         reply.note = prepared.note  # said once: the status line while it streams and when done
         self.panels.start(live)
         self.pacer.start()
@@ -197,13 +206,6 @@ class ConversationPane(Vertical):
         self.app.run_worker(
             stream.run, thread=True, exclusive=True, group=self.reply_group, exit_on_error=False
         )
-
-    def _show_left_out(self, reply_item: MessageView, dropped: int) -> None:
-        """Dim the messages the prompt leaves out (the oldest); the history keeps them."""
-        items = [it for it in self.chat.items() if it is not reply_item]
-        offset = len(self.session.conversation) - len(items)
-        for i, it in enumerate(items):
-            it.set_class(i + offset < dropped, "left-out")
 
     def stop(self) -> bool:
         """Stop the reply streaming (killed after STOP_GRACE_S); False when none streams."""
@@ -335,112 +337,3 @@ class ConversationPane(Vertical):
     def _blink(self, on: bool) -> None:
         if self.slot.cadence.budget is not None:
             self.prompt.cursor_blink = on
-
-    # ---- the conversation -----------------------------------------------------------------
-
-    async def new_chat(self) -> None:
-        if self.reply is not None:
-            return
-        self.session.new_chat()
-        self.last_reply = None
-        self.branches.footers.clear()
-        await self.chat.clear()
-        self.panels.clear()
-        self.set_status("new chat")
-
-    async def regenerate(self) -> None:
-        """A new reply to the last turn; the old one stays as a branch (alt+left/right)."""
-        if self.reply is not None or not self.session.conversation:
-            return
-        if self.session.set_aside_last_reply():
-            items = self.chat.items()
-            if items and items[-1].role == "assistant":
-                await items[-1].remove()
-        await self._generate()
-        self.branches.label()
-
-    async def regenerate_many(self, n: int = 4) -> None:
-        """N new replies to the last turn decoded together in one batch (the lesson: the
-        weights are read once per step for all of them); they become branches of the message,
-        the old reply one more."""
-        if self.reply is not None or not self.session.conversation or not self.session.ready:
-            return
-        self.session.alternatives = n
-        await self.regenerate()
-        if self.reply is not None:
-            self.set_status(f"{n} replies decoding together in one batch… (Esc stops)")
-
-    async def edit_last(self) -> None:
-        if self.reply is not None:
-            return
-        text = self.session.take_last_user()
-        if text is None:
-            return
-        items = self.chat.items()
-        user_items = [i for i, it in enumerate(items) if it.role == "user"]
-        for it in items[user_items[-1] :]:
-            await it.remove()
-        self.prompt.text = text
-        self.prompt.focus()
-        self.set_status("editing your last message: Enter sends it again")
-
-    async def continue_reply(self) -> None:
-        last = self.last_reply
-        if self.reply is not None or last is None or not self.session.conversation:
-            return
-        if not self.session.drop_last_reply():
-            return
-        await self._generate(prefix=list(last.tokens), item=last.item)
-
-    async def rewind(self) -> None:
-        """Cut the last reply at the selected token and sample again from there (the old
-        reply stays as a branch)."""
-        last = self.last_reply
-        tokens = self.panels.tokens
-        cursor = tokens.strip.cursor
-        if self.reply is not None or last is None or cursor is None or tokens.show_prompt:
-            self.notify("Select a token of the last reply in the Tokens tab first.")
-            return
-        self.session.set_aside_last_reply()
-        await self._restart(last, list(last.tokens[:cursor]))
-
-    async def pick(self, step: int | None, candidate: Candidate) -> None:
-        """A candidate picked in the Next-token panel: the last reply goes on from it (cut
-        after the tokens before that step); the reply it replaces stays as a branch."""
-        last = self.last_reply
-        if self.reply is not None:
-            self.notify("A reply is still streaming: press Esc to stop it first.")
-            return
-        if last is None:
-            self.notify("Pick a token of a reply made in this session.")
-            return
-        if step is None:  # (the latest step shown: the reply's last token)
-            step = len(last.tokens) - 1
-        try:
-            prefix = self.session.pick(step, candidate)
-        except PickError as exc:
-            self.notify(str(exc))
-            return
-        await self._restart(last, prefix)
-        self.set_status(f"picked {candidate.text!r} at step {step}: generating…")
-
-    async def _restart(self, last: Reply, prefix: list[Token]) -> None:
-        """Generate the last reply again from `prefix`, in its message (rewind, pick)."""
-        await last.item.finish("".join(t.text for t in prefix))
-        await self._generate(prefix=prefix, item=last.item)  # (the panels show its latest step:
-        self.branches.label()  # the one picked, until the next)
-
-    async def switch_branch(self, step: int) -> None:
-        """Show the previous (-1) or next (+1) branch of the newest message that has branches;
-        the conversation goes on from it."""
-        if self.reply is not None:
-            self.notify("A reply is still streaming: press Esc to stop it first.")
-            return
-        switched, last, status = await self.branches.switch_newest(step)
-        if switched:
-            self.last_reply = last
-            if last is not None:
-                self.panels.look_at(last.live)
-            else:
-                self.panels.clear()
-        self.set_status(status)

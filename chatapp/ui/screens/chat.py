@@ -10,12 +10,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, TabbedContent, TabPane
 
 from chatapp.chat.session import ChatSession
 from chatapp.config import Config
-from chatapp.engine.protocol import EngineError, Grammar, ModelInfo
+from chatapp.engine.protocol import EngineError, Grammar
 from chatapp.history.store import StoreError
 from chatapp.sampling import SamplerSettings
 from chatapp.ui.conversation.pane import ConversationPane
@@ -25,13 +24,15 @@ from chatapp.ui.pacing import settle_gc
 from chatapp.ui.screens.conversations import Choice, ConversationsScreen
 from chatapp.ui.screens.file_picker import FilePickerScreen
 from chatapp.ui.screens.grammar import CLEAR, GrammarScreen
+from chatapp.ui.screens.panel_view import PanelView
 from chatapp.ui.screens.system_prompt import SystemPromptScreen
 from chatapp.ui.streaming import ReplyStream
 from chatapp.ui.widgets.chat import MessageView
 from chatapp.ui.widgets.inside import InsidePanel
+from chatapp.ui.widgets.live_panel import LivePanel, LoadedModel
 from chatapp.ui.widgets.probs import ProbPanel
 from chatapp.ui.widgets.sampler import SamplerPanel
-from chatapp.ui.widgets.stats import LiveStats, StatsPanel
+from chatapp.ui.widgets.stats import StatsPanel
 from chatapp.ui.widgets.steer_panel import SteerPanel
 from chatapp.ui.widgets.tokens import TokenPanel, TokenStrip
 
@@ -42,19 +43,20 @@ def _key(key: str, action: str, description: str, id: str, show: bool = True) ->
     return Binding(key, action, description, show=show, id=id, priority=True)
 
 
-class ChatScreen(Screen):
-    """The chat: its layout, its keys, and the view's toggles. The conversation itself lives
-    in the ConversationPane (`pane`); keys that act on it are passed to it."""
+class ChatScreen(PanelView):
+    """The chat: its layout, its keys, its dialogs and the view's toggles. The conversation
+    lives in the ConversationPane (`pane`): the keys that act on it name its commands
+    (`pane('regenerate')`), and the live panels laid out here join it as they mount."""
 
     BINDINGS = [
         Binding("escape", "stop", "Stop", id="chat.stop"),
-        _key("ctrl+r", "regenerate", "Regenerate", "chat.regenerate"),
-        _key("ctrl+e", "edit_last", "Edit last", "chat.edit_last"),
-        _key("ctrl+o", "continue_reply", "Continue", "chat.continue"),
-        _key("ctrl+w", "rewind", "Rewind here", "chat.rewind"),
-        _key("alt+left", "branch(-1)", "Previous branch", "chat.branch_prev", show=False),
-        _key("alt+right", "branch(1)", "Next branch", "chat.branch_next", show=False),
-        _key("ctrl+n", "new_chat", "New chat", "chat.new"),
+        _key("ctrl+r", "pane('regenerate')", "Regenerate", "chat.regenerate"),
+        _key("ctrl+e", "pane('edit_last')", "Edit last", "chat.edit_last"),
+        _key("ctrl+o", "pane('continue_reply')", "Continue", "chat.continue"),
+        _key("ctrl+w", "pane('rewind')", "Rewind here", "chat.rewind"),
+        _key("alt+left", "pane('branch', -1)", "Previous branch", "chat.branch_prev", show=False),
+        _key("alt+right", "pane('branch', 1)", "Next branch", "chat.branch_next", show=False),
+        _key("ctrl+n", "pane('new_chat')", "New chat", "chat.new"),
         _key("f1", "app.help", "Help", "app.help"),
         _key("f2", "system_prompt", "System", "chat.system_prompt"),
         _key("f3", "toggle_side", "Panels", "view.toggle_side"),
@@ -63,22 +65,28 @@ class ChatScreen(Screen):
         _key("f6", "focus_sampler", "Sampler", "view.focus_sampler"),
         _key("ctrl+t", "app.next_theme", "Theme", "view.next_theme"),
         _key("f7", "conversations", "History", "chat.history"),
-        _key("ctrl+b", "toggle_thinking", "Think on/off", "chat.think", show=False),
-        _key("alt+r", "regenerate_many(4)", "Regenerate x4", "chat.regenerate_many", show=False),
-        _key("alt+m", "mark_drafts", "Drafts in the reply", "chat.mark_drafts", show=False),
-        _key("alt+d", "cycle_draft", "Drafts off/ngram/model", "chat.draft", show=False),
+        _key("ctrl+b", "pane('toggle_thinking')", "Think on/off", "chat.think", show=False),
+        _key(
+            "alt+r",
+            "pane('regenerate_many', 4)",
+            "Regenerate x4",
+            "chat.regenerate_many",
+            show=False,
+        ),  # fmt: skip
+        _key("alt+m", "pane('mark_drafts')", "Drafts in the reply", "chat.mark_drafts", show=False),
+        _key("alt+d", "pane('cycle_draft')", "Drafts off/ngram/model", "chat.draft", show=False),
         _key("alt+f", "attach_files", "Attach files", "chat.attach", show=False),
-        _key("alt+c", "copy_reply", "Copy the reply", "chat.copy_reply", show=False),
+        _key("alt+c", "pane('copy_reply')", "Copy the reply", "chat.copy_reply", show=False),
         _key(
             "alt+k",
-            "copy_code",
+            "pane('copy_code')",
             "Copy a code block (again: the next)",
             "chat.copy_code",
             show=False,
         ),  # fmt: skip
         _key(
             "alt+a",
-            "copy_conversation",
+            "pane('copy_conversation')",
             "Copy the conversation (Markdown)",
             "chat.copy_conversation",
             show=False,
@@ -106,7 +114,6 @@ class ChatScreen(Screen):
         settings: SamplerSettings | None = None,
     ) -> None:
         super().__init__()
-        self.session = session
         self.slot = slot
         self.config = config  # its presets and model_dirs are used here
         self.initial_settings = settings or SamplerSettings()
@@ -142,41 +149,26 @@ class ChatScreen(Screen):
         self.query_one("#prompt").focus()
         self.screen_layout_refresh_signal.subscribe(self, self._focus_in_sight)
         self.call_after_refresh(settle_gc)
+        self.watch(self.pane, "model", self._steer_follows, init=False)
         self.pane.start_model()
 
-    # ---- its parts (found by the pane's PanelFeed, their one home) ------------------------
-
     @property
-    def probs(self) -> ProbPanel:
-        return self.pane.panels.probs
-
-    @property
-    def token_panel(self) -> TokenPanel:
-        return self.pane.panels.tokens
-
-    @property
-    def stats_panel(self) -> StatsPanel:
-        return self.pane.panels.stats
+    def session(self) -> ChatSession:
+        """The conversation's session: its pane's."""
+        return self.pane.session
 
     @property
     def sampler(self) -> SamplerPanel:
         return self.pane.panels.sampler
 
-    # ---- the model, as the app's EngineSlot reports it --------------------------------------
+    def on_live_panel_joined(self, message: LivePanel.Joined) -> None:
+        """A live panel laid out here: the conversation feeds it its reply and its model."""
+        message.stop()
+        self.pane.panels.join(message.panel)
 
-    def model_ready(self, info: ModelInfo) -> None:
-        self.stats_panel.info = info
-        self.stats_panel.stats = LiveStats(state="ready", n_ctx=info.n_ctx)
-        self.pane.model_ready(info)
-        self.query_one("#steer", SteerPanel).model_ready(info)
-
-    def model_failed(self, message: str) -> None:
-        self.stats_panel.stats = self.stats_panel.stats.but(state="no model")
-        self.pane.model_failed(message)
-
-    def tuned(self, info: ModelInfo) -> None:
-        self.session.info = info
-        self.stats_panel.info = info
+    def _steer_follows(self, model: LoadedModel | None) -> None:
+        if model is not None and model.state == "ready" and model.info is not None:
+            self.query_one("#steer", SteerPanel).model_ready(model.info)
 
     # ---- keys passed to the conversation ------------------------------------------------------
 
@@ -186,45 +178,19 @@ class ChatScreen(Screen):
         if not self.pane.stop() and not self.back_to_the_chat():
             await self.run_action("app.stop_download")
 
-    async def action_regenerate(self) -> None:
-        await self.pane.regenerate()
-
-    async def action_regenerate_many(self, n: int = 4) -> None:
-        await self.pane.regenerate_many(n)
-
-    async def action_edit_last(self) -> None:
-        await self.pane.edit_last()
-
-    async def action_continue_reply(self) -> None:
-        await self.pane.continue_reply()
-
-    async def action_rewind(self) -> None:
-        await self.pane.rewind()
-
-    async def action_branch(self, step: int) -> None:
-        await self.pane.switch_branch(step)
-
-    async def action_new_chat(self) -> None:
-        await self.pane.new_chat()
-
-    def action_copy_reply(self) -> None:
-        self.pane.clipboard.reply()
-
-    def action_copy_code(self) -> None:
-        self.pane.clipboard.code()
-
-    def action_copy_conversation(self) -> None:
-        self.pane.clipboard.conversation_markdown(getattr(self.app, "model_label", ""))
+    async def action_pane(self, command: str, *args: object) -> None:
+        """A chat key's command on the conversation (ConversationPane.command)."""
+        await self.pane.command(command, *args)
 
     def action_attach_files(self) -> None:
         """The file picker: each file chosen joins the next message, as `/file PATH` does."""
         self.app.push_screen(FilePickerScreen(Path.cwd(), self.pane.attached.add))
 
     async def on_prob_panel_picked(self, message: ProbPanel.Picked) -> None:
-        await self.pane.pick(message.step, message.candidate)
+        await self.pane.commands.pick(message.step, message.candidate)
 
     def on_sampler_panel_draft_pressed(self, message: SamplerPanel.DraftPressed) -> None:
-        self.action_cycle_draft()
+        self.pane.commands.cycle_draft()
 
     @on(SamplerPanel.SettingsChanged)
     def on_settings_changed(self, message: SamplerPanel.SettingsChanged) -> None:
@@ -240,12 +206,6 @@ class ChatScreen(Screen):
     def on_reply_stream_steering_took_effect(self, message: ReplyStream.SteeringTookEffect) -> None:
         self.query_one("#steer", SteerPanel).applied(message.event)
 
-    def action_steer(self) -> None:
-        """The Steer tab, its first control focused."""
-        self.show_panels()
-        self.query_one(TabbedContent).active = "tab-steer"
-        self.call_after_refresh(self.query_one("#steer", SteerPanel).focus_first)
-
     @on(TokenStrip.Selected, "#reply-tokens")
     def on_reply_token_selected(self, message: TokenStrip.Selected) -> None:
         """A token of the reply selected in the Tokens tab: its candidates in the Next token
@@ -259,40 +219,6 @@ class ChatScreen(Screen):
             self.probs.settings = reply.settings_at(index, self.session.settings)
             self.probs.chosen = tok.id
             self.probs.candidates = tok.candidates
-
-    # ---- the next reply's switches --------------------------------------------------------
-
-    def action_toggle_thinking(self) -> None:
-        """Thinking models: the template's reasoning switch, on or off from the next reply."""
-        on = self.session.enable_thinking is False
-        self.session.enable_thinking = on
-        state = "on" if on else "off"
-        self.pane.set_status(f"thinking {state} from the next reply (where the template has it)")
-
-    def action_cycle_draft(self) -> None:
-        """Speculative decoding for the next reply: off, n-gram drafts, the draft model (when
-        one is loaded), off again."""
-        info = self.session.info
-        order = ["", "ngram"] + (["model"] if info and info.draft_model else [])
-        current = self.session.speculation if self.session.speculation in order else ""
-        self.session.speculation = order[(order.index(current) + 1) % len(order)]
-        self.sampler.show_draft(self.session.speculation)
-        self.pane.set_status(f"drafts: {self.session.speculation or 'off'} from the next reply")
-
-    def action_mark_drafts(self) -> None:
-        """Show the last reply with the tokens that came from accepted drafts marked (as text,
-        not Markdown), or as Markdown again."""
-        last = self.pane.last_reply
-        if self.pane.reply is not None or last is None:
-            return
-        if last.item.marked is not None:
-            last.item.show_marked(None)
-            return
-        drafted = sum(t.drafted for t in last.tokens)
-        last.item.show_marked([(t.text, t.drafted) for t in last.tokens])
-        self.pane.set_status(
-            f"{drafted} of {len(last.tokens)} tokens came from accepted drafts (alt+m: back)"
-        )
 
     # ---- dialogs --------------------------------------------------------------------------
 
@@ -326,7 +252,7 @@ class ChatScreen(Screen):
         async def done(choice: Choice | None) -> None:
             if choice is None:
                 return
-            await self.pane.new_chat()
+            await self.pane.commands.new_chat()
             if choice.conversation_id is not None:
                 await self.resume(choice.conversation_id)
 
@@ -360,62 +286,6 @@ class ChatScreen(Screen):
                     "continuing with the loaded model",
                     severity="warning",
                 )
-
-    # ---- the view ---------------------------------------------------------------------------
-
-    @property
-    def narrow(self) -> bool:
-        """Below 100 columns: the chat and the panels take the whole width in turn."""
-        return self.has_class("-narrow")
-
-    def action_toggle_side(self) -> None:
-        """Wide: hide or show the panels. Narrow: switch between the chat and the panels."""
-        main = self.query_one("#main")
-        main.toggle_class("-swap")
-        if self.narrow:
-            shown = self.probs if main.has_class("-swap") else self.query_one("#prompt")
-            self.call_after_refresh(shown.focus)
-
-    def show_panels(self) -> None:
-        """Bring the panels into sight (narrow: in place of the chat)."""
-        self.query_one("#main").set_class(self.narrow, "-swap")
-
-    def back_to_the_chat(self) -> bool:
-        """Narrow with the panels in place of the chat: the chat again, its prompt focused
-        (Esc there). False where the chat is already in sight."""
-        if not (self.narrow and self.query_one("#main").has_class("-swap")):
-            return False
-        self.action_toggle_side()
-        return True
-
-    def _focus_in_sight(self, screen: Screen) -> None:
-        """Give the focus to the prompt where the focused widget is hidden (keys typed into a
-        widget nobody sees are lost): across the 100-column breakpoint the panels' swap changes
-        meaning (narrow: shown instead of the chat; wide: hidden), so a resize can hide a
-        focused slider. Run on each layout refresh of this screen (a few attribute reads)."""
-        if screen is not self.app.screen:
-            return
-        focused = screen.focused
-        if focused is None or all(node.display for node in focused.ancestors_with_self):
-            return
-        prompt = screen.query_one("#prompt")
-        if all(node.display for node in prompt.ancestors_with_self):
-            prompt.focus()
-
-    def action_toggle_prompt_tokens(self) -> None:
-        self.query_one(TabbedContent).active = "tab-tokens"
-        self.token_panel.show_prompt = not self.token_panel.show_prompt
-
-    def action_toggle_ids(self) -> None:
-        self.token_panel.toggle_ids()
-
-    def action_toggle_surprise(self) -> None:
-        self.query_one(TabbedContent).active = "tab-tokens"
-        self.token_panel.surprise = not self.token_panel.surprise
-
-    def action_focus_sampler(self) -> None:
-        self.show_panels()  # narrow: once the panels are laid out, the focus scrolls to it
-        self.call_after_refresh(self.query_one("#slider-temperature").focus)
 
     # ---- the tokenizer box ----------------------------------------------------------------
 

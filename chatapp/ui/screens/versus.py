@@ -21,6 +21,7 @@ from chatapp.ui.engine_slot import EngineSlot
 from chatapp.ui.literal import literal
 from chatapp.ui.prompt_input import PromptInput
 from chatapp.ui.streaming import ReplyStream
+from chatapp.ui.widgets.live_panel import LivePanel
 from chatapp.ui.widgets.probs import ProbPanel
 from chatapp.ui.widgets.sampler import SamplerPanel
 from chatapp.ui.widgets.stats import StatsPanel
@@ -153,7 +154,6 @@ class VersusScreen(Screen):
             self.slots[side],
             self.config,
             id=f"pane-{side}",
-            panels=holder,
             reply_group=f"generate-{side}",
         )
         self.holders[side] = holder
@@ -194,6 +194,13 @@ class VersusScreen(Screen):
 
     def _side_of(self, slot: EngineSlot) -> str:
         return next(side for side, mine in self.slots.items() if mine is slot)
+
+    def on_live_panel_joined(self, message: LivePanel.Joined) -> None:
+        """A side's live panel: that side's conversation feeds it."""
+        message.stop()
+        for side, holder in self.holders.items():
+            if holder in message.panel.ancestors:
+                self.columns[side].pane.panels.join(message.panel)
 
     # ---- the two models (their slots report here) -----------------------------------------
 

@@ -298,3 +298,11 @@ class ChatView(VerticalScroll):
 
     def items(self) -> list[MessageView]:
         return list(self.query_children(MessageView))
+
+    def dim_left_out(self, reply_item: MessageView, total: int, dropped: int) -> None:
+        """Dim the messages the prompt leaves out (the `dropped` oldest of the conversation's
+        `total`; `reply_item`, the reply being written, is not one); the history keeps them."""
+        items = [it for it in self.items() if it is not reply_item]
+        offset = total - len(items)
+        for i, it in enumerate(items):
+            it.set_class(i + offset < dropped, "left-out")

@@ -25,6 +25,7 @@ from chatapp.engine.inspection import Inspection, InspectRequest
 from chatapp.engine.protocol import Engine, EngineError, Token, TokenPiece
 from chatapp.textsafe import token_display
 from chatapp.ui.literal import literal
+from chatapp.ui.widgets.live_panel import LivePanel
 from chatapp.ui.widgets.tokens import TokenPanel
 
 LONG_CONTEXT = 1000  # tokens past which a first capture is said to take seconds
@@ -49,8 +50,10 @@ class Target:
     label: str
 
 
-class InsidePanel(VerticalScroll, can_focus=True):
+class InsidePanel(LivePanel, VerticalScroll, can_focus=True):
     """Captures in a thread worker when shown (or on r); draws from the `inspection` reactive."""
+
+    needs = "inside"  # hidden while the engine cannot look inside
 
     DEFAULT_CSS = """
     InsidePanel { height: 1fr; }

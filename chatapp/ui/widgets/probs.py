@@ -9,13 +9,13 @@ from rich.text import Text
 from textual import events
 from textual.binding import Binding
 from textual.message import Message
-from textual.reactive import reactive, var
-from textual.widget import Widget
+from textual.reactive import reactive
 
 from chatapp.chat.live_reply import LiveReply
 from chatapp.engine.protocol import Candidate
 from chatapp.sampling import BY_NAME, SamplerSettings
 from chatapp.textsafe import token_display
+from chatapp.ui.widgets.live_panel import LivePanel
 
 BAR = 16
 GRAMMAR_MARK = "⊘"  # marks a candidate the conversation's grammar (or JSON schema) does not allow
@@ -29,7 +29,7 @@ def bar(p: float, width: int = BAR) -> str:
     return ("█" * full + (" ▏▎▍▌▋▊▉"[rest] if rest else "")).ljust(width)
 
 
-class ProbPanel(Widget, can_focus=True):
+class ProbPanel(LivePanel, can_focus=True):
     """Candidates of one step of the reply: the latest, or the one picked in the token panel.
     Focused, a cursor moves over the candidates; Enter (or a click) picks one: the reply goes
     on from that token."""
@@ -82,12 +82,12 @@ class ProbPanel(Widget, can_focus=True):
     """The sampler settings the step was sampled with."""
     cursor: reactive[int | None] = reactive(None)
     """Index of the candidate under the cursor (None: no cursor)."""
-    reply: var[LiveReply | None] = var(None, always_update=True)
-    """The reply shown: while no step is picked (`step` None), its latest step is drawn."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._lines: list[int | None] = []  # the candidate drawn on each line (None: other)
+        self._shown: LiveReply | None = None  # the reply handed last (`reply`: while no step is
+        # picked, `step` None, its latest step is drawn; another reply shows its latest again)
 
     def validate_cursor(self, value: int | None) -> int | None:
         if value is None or not self.candidates:
@@ -95,6 +95,9 @@ class ProbPanel(Widget, can_focus=True):
         return max(0, min(len(self.candidates) - 1, value))
 
     def watch_reply(self, live: LiveReply | None) -> None:
+        if live is not None and live is not self._shown:
+            self.step = None
+        self._shown = live or self._shown
         if live is None:
             self.chosen, self.candidates = None, ()
         elif self.step is None and live.tokens:

@@ -10,13 +10,14 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.reactive import reactive, var
+from textual.reactive import reactive
 from textual.widgets import Sparkline, Static
 
 from chatapp.chat.live_reply import LiveReply
 from chatapp.engine.protocol import ModelInfo, gpu_layer_total
 from chatapp.stats_text import decode_text, ms_text, prefill_text, threads_text
 from chatapp.ui.literal import literal
+from chatapp.ui.widgets.live_panel import LivePanel, LoadedModel
 
 SPARK_POINTS = 60  # the sparkline shows the speed of the last this many tokens
 
@@ -112,8 +113,11 @@ def run_settings(info: ModelInfo, threads: str = "") -> str:
     return f"{count} · {fa} · {repack}{pages}" + (" · tuned" if info.tuned else "")
 
 
-class StatsPanel(Vertical):
-    """Live numbers from the engine's own timestamps, plus UI first-paint for comparison."""
+class StatsPanel(LivePanel, Vertical):
+    """Live numbers from the engine's own timestamps, plus UI first-paint for comparison. It
+    keeps the figures of the last reply streamed (a branch looked at does not replace them)."""
+
+    follows_branches = False
 
     DEFAULT_CSS = """
     StatsPanel { height: auto; padding: 0 1; }
@@ -144,8 +148,6 @@ class StatsPanel(Vertical):
     """Per-token decode speed (t/s) of the last SPARK_POINTS tokens, for the sparkline."""
     notes: reactive[str] = reactive("")
     """Lines under the sparkline: why the last reply took its time, what drafting did."""
-    reply: var[LiveReply | None] = var(None, always_update=True)
-    """The reply whose figures are shown (`stats` and `speeds` follow it)."""
 
     def compose(self) -> ComposeResult:
         yield Static(id="stats-table")
@@ -165,6 +167,26 @@ class StatsPanel(Vertical):
 
     def on_resize(self) -> None:
         self._redraw()  # the context bar's width follows the panel's
+
+    def model_changed(self, model: LoadedModel | None) -> None:
+        """Loading, loaded (the figures start again), tuned (its settings), or none."""
+        super().model_changed(model)
+        if model is None:
+            return
+        if model.state == "loading":
+            self.stats = LiveStats(state="loading")
+        elif model.state == "no model":
+            self.stats = self.stats.but(state="no model")
+        else:
+            self.info = model.info
+            if model.state == "ready" and model.info is not None:
+                self.stats = LiveStats(state="ready", n_ctx=model.info.n_ctx)
+
+    def reply_begins(self) -> None:
+        self.notes = ""
+
+    def reply_ended(self, notes: str) -> None:
+        self.notes = notes
 
     def watch_notes(self, notes: str) -> None:
         if self.is_mounted:

@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
-from textual.reactive import reactive, var
+from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
@@ -21,6 +21,7 @@ from chatapp.chat.live_reply import LiveReply
 from chatapp.engine.protocol import PromptEvaluated, Token, TokenPiece
 from chatapp.textsafe import escape_bytes, token_display
 from chatapp.ui.literal import literal
+from chatapp.ui.widgets.live_panel import LivePanel
 
 Drawn = Token | TokenPiece
 """A token as a strip draws it: the reply's (the session's LiveReply holds them), or one of the
@@ -243,7 +244,7 @@ def describe(tok: Drawn, index: int) -> str:
     return "  ".join(parts)
 
 
-class TokenPanel(Vertical):
+class TokenPanel(LivePanel, Vertical):
     """The reply's (or, toggled, the whole templated prompt's) tokens, and a tokenizer box.
     The reply comes through `reply` and is drawn in its watcher: its new tokens are added to
     the strip, a reply other than the one drawn replaces it (and its prompt, when it has one)."""
@@ -263,9 +264,6 @@ class TokenPanel(Vertical):
     """Show the templated prompt (specials included) instead of the reply."""
     surprise: reactive[bool] = reactive(False)
     """Colour the reply's tokens by the probability the model gave each, with its perplexity."""
-
-    reply: var[LiveReply | None] = var(None, always_update=True)
-    """The reply shown (its tokens grow as it streams)."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
