@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from chatapp.chat.thinking import ThinkingSplitter
 from chatapp.engine.protocol import Finished, PromptEvaluated, Token
 from chatapp.engine.steering import Steering
+from chatapp.models.reply_limits import ReplyLimits
 from chatapp.sampling import SamplerSettings
 
 
@@ -37,6 +38,7 @@ class LiveReply:
     alternatives: dict[int, list[Token]] = field(default_factory=dict)  # the others', by seq
     first_paint_s: float | None = None  # submit -> first token on screen (the UI's clock)
     finished: Finished | None = None
+    limits: ReplyLimits | None = None  # once finished: against this machine's ceilings
     error: str = ""
 
     def __post_init__(self) -> None:

@@ -10,6 +10,7 @@ from textual.widgets import TabbedContent
 from chatapp.engine.capabilities import Capabilities
 from chatapp.ui.app import ChatApp
 from chatapp.ui.widgets.inside import InsidePanel
+from chatapp.ui.widgets.limits_panel import LimitsPanel
 from chatapp.ui.widgets.live_panel import LivePanel
 from chatapp.ui.widgets.probs import ProbPanel
 from chatapp.ui.widgets.stats import StatsPanel
@@ -29,7 +30,9 @@ async def test_every_live_panel_joins_and_follows_the_reply_and_the_model():
             pilot, lambda: pane(app).model is not None and pane(app).model.state == "ready"
         )
         joined = pane(app).panels.panels
-        assert {type(p) for p in joined} == {StatsPanel, ProbPanel, TokenPanel, InsidePanel}
+        assert {type(p) for p in joined} == {
+            StatsPanel, ProbPanel, TokenPanel, InsidePanel, LimitsPanel
+        }  # fmt: skip
         assert set(app.screen.query(LivePanel)) == set(joined)
         assert app.chat_screen.stats_panel.info is pane(app).model.info
         assert app.query_one(InsidePanel).display  # the scripted engine can look inside

@@ -26,7 +26,7 @@ from chatapp.ui.conversation.commands import Commands
 from chatapp.ui.conversation.copy_actions import Clipboard
 from chatapp.ui.conversation.panel_feed import PanelFeed
 from chatapp.ui.conversation.reply import Reply, footer_for
-from chatapp.ui.conversation.reply_report import ReplyReport
+from chatapp.ui.conversation.reply_report import ReplyReport, limits_of
 from chatapp.ui.engine_slot import EngineSlot
 from chatapp.ui.literal import literal
 from chatapp.ui.pacing import FramePacer, settle_gc
@@ -297,7 +297,8 @@ class ConversationPane(Vertical):
             return
         self.branches.finished(reply.item.footer)
         model = info.path if info else ""
-        self.panels.end(self.report.note(ev, model, reply.live.first_paint_s))
+        reply.live.limits = limits_of(self.model, ev)
+        self.panels.end(self.report.note(ev, model, reply.live.first_paint_s, reply.live.limits))
         detail = f" ({ev.detail})" if ev.detail else ""
         self.set_status(f"done: {ev.reason}{detail}" + (f" · {reply.note}" if reply.note else ""))
         self._end_reply()

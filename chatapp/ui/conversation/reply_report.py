@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from chatapp import breakdown
+from chatapp import breakdown, machine
 from chatapp.engine.protocol import Finished
+from chatapp.models.reply_limits import ReplyLimits, limits_of_reply
 from chatapp.stats_text import draft_text
+from chatapp.ui.widgets.live_panel import LoadedModel
 
 PLAIN_MIN_TOKENS = 16  # a plain reply shorter than this says little about decode speed
 
@@ -16,10 +18,18 @@ class ReplyReport:
     def __init__(self) -> None:
         self.plain_tps: dict[str, float] = {}
 
-    def note(self, ev: Finished, model: str, first_paint_s: float | None = None) -> str:
+    def note(
+        self,
+        ev: Finished,
+        model: str,
+        first_paint_s: float | None = None,
+        limits: ReplyLimits | None = None,
+    ) -> str:
         st = ev.stats
         ui_s = breakdown.ui_share(st, first_paint_s)
         lines = [f"why: {breakdown.verdict(st, ui_s=ui_s)}"]
+        if limits is not None:
+            lines.append(limits.line())
         if len(ev.alternatives) > 1:
             n = len(ev.alternatives)
             line = f"{n} replies in one batch: {st.decode_tps or 0:.1f} t/s together"
@@ -38,3 +48,13 @@ class ReplyReport:
         elif st.decode_tps and st.completion_tokens >= PLAIN_MIN_TOKENS:
             self.plain_tps[model] = st.decode_tps
         return "\n".join(lines)
+
+
+def limits_of(model: LoadedModel | None, ev: Finished) -> ReplyLimits | None:
+    """The finished reply against this machine's ceilings, where its engine can tell (a local
+    model file) and the ceilings were measured (the tune on first use, `chatapp machine`)."""
+    if model is None or model.info is None or not model.capabilities.limits:
+        return None
+    if not ev.stats.completion_tokens:
+        return None
+    return limits_of_reply(model.info.path, ev.stats, machine.saved_ceilings())

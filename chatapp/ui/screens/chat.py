@@ -29,6 +29,7 @@ from chatapp.ui.screens.system_prompt import SystemPromptScreen
 from chatapp.ui.streaming import ReplyStream
 from chatapp.ui.widgets.chat import MessageView
 from chatapp.ui.widgets.inside import InsidePanel
+from chatapp.ui.widgets.limits_panel import LimitsPanel
 from chatapp.ui.widgets.live_panel import LivePanel, LoadedModel
 from chatapp.ui.widgets.probs import ProbPanel
 from chatapp.ui.widgets.sampler import SamplerPanel
@@ -137,6 +138,8 @@ class ChatScreen(PanelView):
                         yield InsidePanel(id="inside", engine=lambda: self.slot.engine)
                     with TabPane("Steer", id="tab-steer"):
                         yield SteerPanel(self.session, lambda: self.slot.engine, id="steer")
+                    with TabPane("Limits", id="tab-limits"):
+                        yield LimitsPanel(id="limits")
                 sampler = SamplerPanel(
                     self.initial_settings, presets=self.config.all_presets(), id="sampler"
                 )
