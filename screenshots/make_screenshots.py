@@ -2,7 +2,7 @@
 
 Run: python screenshots/make_screenshots.py   (takes about half a minute on 2 cores)
 Only some: python screenshots/make_screenshots.py pick versus
-(the shots: main, pick, thinking, drafts, versus, inside, grammar, steering)
+(the shots: main, pick, thinking, drafts, versus, inside, grammar, steering, limits)
 """
 
 from __future__ import annotations
@@ -315,8 +315,32 @@ async def steering_shot() -> None:
         app.save_screenshot(str(OUT / "steering.svg"))
 
 
+async def limits_shot() -> None:
+    """The Limits tab after a reply: its decode against this machine's measured memory
+    ceiling, prefill against the compute peak, and the roofline (120x40 and 80x24; the
+    ceilings as measured here before, else measured now)."""
+    from textual.widgets import TabbedContent
+
+    from chatapp import ceilings, cpus, machine
+
+    if machine.saved_ceilings() is None:
+        machine.remember_ceilings(ceilings.measure(cpus.usable_cpus()).to_dict())
+    for size, name in (((120, 40), "limits.svg"), ((80, 24), "limits-80x24.svg")):
+        app = greedy_app(120)
+        async with app.run_test(size=size) as pilot:
+            await ask(pilot, app, "Tell me about the moon in a few sentences.")
+            if size[0] < 100:
+                await pilot.press("f3")  # the narrow layout: the panels in place of the chat
+                await pilot.pause(0.2)
+            app.query_one(TabbedContent).active = "tab-limits"
+            app.clear_notifications()
+            await pilot.pause(0.5)
+            app.save_screenshot(str(OUT / name))
+
+
 SHOTS = {
     "main": main,
+    "limits": limits_shot,
     "grammar": grammar_shot,
     "inside": inside_shot,
     "pick": pick_shot,
@@ -336,6 +360,7 @@ async def run(names: list[str]) -> None:
         "inside",
         "grammar",
         "steering",
+        "limits",
     ]:  # (main makes the thinking shot too)
         await SHOTS[name]()
 
