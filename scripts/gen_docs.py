@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import MISSING, fields
 from pathlib import Path
 
-from chatapp import config as config_module
-from chatapp.config import Config, ServerConfig, to_toml
+from chatapp import config_toml
+from chatapp.config import Config, ServerConfig
+from chatapp.config_toml import to_toml
 from chatapp.sampling import BOUNDS, SamplerSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,7 +120,7 @@ def field_docs(cls: type) -> dict[str, str]:
 
 def toml_value(value: object) -> str:
     """A default as config.toml writes it (config.to_toml's own formatting)."""
-    return config_module._value(value)
+    return config_toml._value(value)
 
 
 def _default(f) -> str:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import sys
 
 from chatapp import paths
-from chatapp.config import load_config, state_file, to_toml
+from chatapp.config import load_config
+from chatapp.config_state import state_file
+from chatapp.config_toml import to_toml
 from chatapp.history.store import default_db_path
 from chatapp.textsafe import for_stream, one_line
 

@@ -118,44 +118,16 @@ def quantize(
     qtype = normalize_type(qtype)
     src_path = Path(src)
     card = inspect(src_path)  # validates the header first
-    dst = output_path(src_path, qtype, out_dir)
-    if dst.resolve() == src_path.resolve():
-        raise ModelFileError(f"{dst} would overwrite the source; choose another --out folder")
-    try:
-        dst.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ModelFileError(f"cannot create {dst.parent}: {exc.strerror or exc}") from exc
-    if not os.access(dst.parent, os.W_OK):
-        raise ModelFileError(f"cannot write to {dst.parent}: permission denied")
+    dst = _writable_output(src_path, qtype, out_dir)
     part = dst.with_name(dst.name + ".part")
     log = paths.log_dir() / "quantize.log"
     start = log.stat().st_size if log.exists() else 0
     t0 = time.perf_counter()
-    proc = mp.get_context("spawn").Process(
-        target=_child,
-        args=(str(src_path), str(part), qtype, nthread or usable_cpus(), str(log)),
-        name="chatapp-quantize",
-        daemon=True,
-    )
-    with real_std_streams():  # a TUI's sys.stderr has no fd for multiprocessing to pass
-        proc.start()
-    proc.join(timeout)
-    timed_out = proc.is_alive()
-    if timed_out:
-        proc.kill()
-        proc.join(5)
+    code, timed_out = _run_child(src_path, part, qtype, nthread or usable_cpus(), log, timeout)
     seconds = time.perf_counter() - t0
-    code = proc.exitcode
     if code != 0 or not part.is_file():
         part.unlink(missing_ok=True)
-        if timed_out:
-            why = f"it took longer than {timeout:g} s"
-        elif code is None or code == -signal.SIGKILL:
-            why = "it was killed"
-        elif code < 0:
-            why = f"llama.cpp crashed ({signal.Signals(-code).name})"
-        else:
-            why = "llama.cpp reported an error"
+        why = _failure(code, timed_out, timeout)
         tail = _log_tail(log, start, 1).strip()
         detail = f": {tail}" if tail else ""
         raise EngineError(f"quantizing {src_path} to {qtype} failed, {why}{detail} (log: {log})")
@@ -169,3 +141,49 @@ def quantize(
         source_size_bytes=card.file_size,
         warning=requantize_warning(card.quant, src_path.name, qtype),
     )
+
+
+def _writable_output(src_path: Path, qtype: str, out_dir: str | Path | None) -> Path:
+    """Where the copy goes, its folder made; ModelFileError when it would overwrite the source
+    or cannot be written."""
+    dst = output_path(src_path, qtype, out_dir)
+    if dst.resolve() == src_path.resolve():
+        raise ModelFileError(f"{dst} would overwrite the source; choose another --out folder")
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelFileError(f"cannot create {dst.parent}: {exc.strerror or exc}") from exc
+    if not os.access(dst.parent, os.W_OK):
+        raise ModelFileError(f"cannot write to {dst.parent}: permission denied")
+    return dst
+
+
+def _run_child(
+    src_path: Path, part: Path, qtype: str, nthread: int, log: Path, timeout: float
+) -> tuple[int | None, bool]:
+    """Quantize in a spawned child; its exit code and whether it ran past `timeout` (killed)."""
+    proc = mp.get_context("spawn").Process(
+        target=_child,
+        args=(str(src_path), str(part), qtype, nthread, str(log)),
+        name="chatapp-quantize",
+        daemon=True,
+    )
+    with real_std_streams():  # a TUI's sys.stderr has no fd for multiprocessing to pass
+        proc.start()
+    proc.join(timeout)
+    timed_out = proc.is_alive()
+    if timed_out:
+        proc.kill()
+        proc.join(5)
+    return proc.exitcode, timed_out
+
+
+def _failure(code: int | None, timed_out: bool, timeout: float) -> str:
+    """Why the child failed, as the end of a sentence."""
+    if timed_out:
+        return f"it took longer than {timeout:g} s"
+    if code is None or code == -signal.SIGKILL:
+        return "it was killed"
+    if code < 0:
+        return f"llama.cpp crashed ({signal.Signals(-code).name})"
+    return "llama.cpp reported an error"

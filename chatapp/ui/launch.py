@@ -6,7 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from chatapp.chat.recorder import ChatHistory
-from chatapp.config import Config, effective_theme, save_theme
+from chatapp.config import Config
+from chatapp.config_state import effective_theme, save_theme
 from chatapp.engine.factory import make_engine
 from chatapp.engine.protocol import Engine, LoadOptions
 from chatapp.engine.steering import Steering

@@ -18,7 +18,8 @@ from chatapp.chat.prompts import (
     resolve_system,
     save_prompt,
 )
-from chatapp.config import load_config, to_toml
+from chatapp.config import load_config
+from chatapp.config_toml import to_toml
 from chatapp.errors import UsageError
 from chatapp.ui.app import ChatApp
 from chatapp.ui.screens.system_prompt import SystemPromptScreen

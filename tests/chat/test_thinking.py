@@ -203,7 +203,8 @@ async def test_ctrl_b_switches_thinking_for_the_next_request():
 
 
 def test_the_think_key_in_config_is_read_and_written_back(tmp_path):
-    from chatapp.config import load_config, to_toml
+    from chatapp.config import load_config
+    from chatapp.config_toml import to_toml
 
     path = tmp_path / "config.toml"
     path.write_text("think = false\n", encoding="utf-8")

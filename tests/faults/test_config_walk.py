@@ -38,6 +38,7 @@ SCALARS = {
     "flash_attn": "bool",
     "repack": "bool",
     "huge_pages": "bool",
+    "exact_batches": "bool",
     "autotune": "bool",
     "think": "bool",
     "draft": "text",

@@ -8,16 +8,9 @@ from pathlib import Path
 import pytest
 
 from chatapp import paths
-from chatapp.config import (
-    Config,
-    ServerConfig,
-    effective_theme,
-    load_config,
-    load_state,
-    save_theme,
-    state_file,
-    to_toml,
-)
+from chatapp.config import Config, ServerConfig, load_config
+from chatapp.config_state import effective_theme, load_state, save_theme, state_file
+from chatapp.config_toml import to_toml
 from chatapp.sampling import PRESETS, SamplerSettings
 
 pytestmark = pytest.mark.usefixtures("fresh_dirs")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import chatapp.errors
-from chatapp.config import ConfigError
+from chatapp.config_state import ConfigError
 from chatapp.engine.local.load.chat_template import TemplateError
 from chatapp.engine.protocol import EngineCrashed, EngineError
 from chatapp.errors import ChatappError, ModelFileError, UsageError

@@ -12,7 +12,7 @@ from helpers import SIZE, run_cli, screen_text, wait_until
 
 from chatapp import jsonfile, machine, paths
 from chatapp.chat.prompts import prompts_file, save_prompt, saved_prompts
-from chatapp.config import load_state, save_state, state_file
+from chatapp.config_state import load_state, save_state, state_file
 from chatapp.engine.local.load import gpu_fallback
 from chatapp.ui.app import ChatApp
 from chatapp.ui.screens.system_prompt import SystemPromptScreen

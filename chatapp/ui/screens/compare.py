@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from textual import work
@@ -34,6 +34,7 @@ from chatapp.ui.widgets.compare_view import (
     bars_content,
     file_label,
 )
+from chatapp.ui.widgets.status_line import StatusLine
 
 QUANT_BUTTONS = ("Q8_0", "Q2_K")
 
@@ -71,43 +72,38 @@ class CompareScreen(ModalScreen[None]):
     busy: reactive[str] = reactive("")
     """What runs now ("" when idle): buttons that would start work are disabled meanwhile."""
 
+    @dataclass
     class Listed(Message):
-        def __init__(self, entries: list[ModelEntry]) -> None:
-            super().__init__()
-            self.entries = entries
+        entries: list[ModelEntry]
 
+    @dataclass
     class Progress(Message):
         """compare() started on a file (its progress line)."""
 
-        def __init__(self, line: str) -> None:
-            super().__init__()
-            self.line = line
+        line: str
 
+    @dataclass
     class Scored(Message):
         """A file's text scoring moved on; a newer one for the same file replaces it."""
 
-        def __init__(self, name: str, done: int, total: int, seconds: float) -> None:
-            super().__init__()
-            self.name = name
-            self.done = done
-            self.total = total
-            self.seconds = seconds
+        name: str
+        done: int
+        total: int
+        seconds: float
 
         def can_replace(self, message: Message) -> bool:
             return isinstance(message, CompareScreen.Scored) and message.name == self.name
 
+    @dataclass
     class Done(Message):
-        def __init__(self, result: compare.CompareResult | None, error: str = "") -> None:
-            super().__init__()
-            self.result = result
-            self.error = error
+        result: compare.CompareResult | None
+        error: str = ""
 
+    @dataclass
     class Quantized(Message):
-        def __init__(self, qtype: str, result: quantize.QuantizeResult | None, error: str = ""):
-            super().__init__()
-            self.qtype = qtype
-            self.result = result
-            self.error = error
+        qtype: str
+        result: quantize.QuantizeResult | None
+        error: str = ""
 
     def __init__(
         self,
@@ -132,9 +128,6 @@ class CompareScreen(ModalScreen[None]):
         self.quantize_dir = quantize_dir
         self.make_engine = make_engine
         self.listed: dict[str, ModelEntry] = {}
-        self._started = 0.0
-        self._stage = ""  # the file compare() runs now
-        self._running_path = ""  # its path
 
     def compose(self) -> ComposeResult:
         box = Vertical()
@@ -151,7 +144,7 @@ class CompareScreen(ModalScreen[None]):
                         yield Button(f"Quantize to {q}", id=f"cmp-q-{q}", compact=True)
                     yield Button("Export Markdown", id="cmp-export", compact=True, disabled=True)
                     yield Button("Past runs (ctrl+o)", id="cmp-past", compact=True)
-            yield Static("finding GGUF files…", id="cmp-status")
+            yield StatusLine("finding GGUF files…", id="cmp-status")
             yield CompareTable(id="cmp-table")
             yield Static("", id="cmp-best")
             with Horizontal(id="cmp-bottom"):
@@ -225,18 +218,18 @@ class CompareScreen(ModalScreen[None]):
         for e in message.entries:
             self._add_file(e, e.path in chosen)
         n = sum(e.ok for e in message.entries)
-        self._status(f"{n} loadable file(s); tick 2 or more and press Run")
+        self._line.show(f"{n} loadable file(s); tick 2 or more and press Run")
 
     def on_compare_screen_quantized(self, message: Quantized) -> None:
         self.busy = ""
         if message.result is None:
-            self._status(f"quantizing to {message.qtype} failed: {message.error}", error=True)
+            self._line.show(f"quantizing to {message.qtype} failed: {message.error}", error=True)
             self.notify(message.error, title="Quantize failed", severity="error", timeout=10)
             return
         r = message.result
         self._add_file(entry(r.output, "quantized"), True)
         text = f"{Path(r.output).name}: {r.size_bytes / 2**20:.1f} MiB in {r.seconds:.1f} s"
-        self._status(f"quantized {text}")
+        self._line.show(f"quantized {text}")
         self.notify(f"{text}\n{r.output}", title=f"Quantized to {message.qtype}")
         if r.warning:
             self.notify(r.warning, title="Note", severity="warning")
@@ -245,12 +238,8 @@ class CompareScreen(ModalScreen[None]):
         line = message.line
         path = line.split(": ", 1)[1] if line.startswith("reference: ") else line
         path = path.removeprefix("running ")
-        table = self.query_one(CompareTable)
-        if self._running_path:
-            table.mark(self._running_path, "ran")
-        table.mark(path, "running…")
-        self._running_path = path
-        self._stage = f"running {Path(path).name}"
+        self.query_one(CompareTable).start(path)
+        self._line.stage = f"running {Path(path).name}"
 
     def on_compare_screen_scored(self, message: Scored) -> None:
         line = progress_text(message.done, message.total, message.seconds)
@@ -258,13 +247,13 @@ class CompareScreen(ModalScreen[None]):
         for key in table.rows:
             if key.value and Path(key.value).name == message.name:
                 table.mark(key.value, line)
-        self._stage = f"scoring {message.name}: {line}"
+        self._line.stage = f"scoring {message.name}: {line}"
         self._tick()
 
     async def on_compare_screen_done(self, message: Done) -> None:
         self.busy = ""
         if message.result is None:
-            self._status(f"compare failed: {message.error}", error=True)
+            self._line.show(f"compare failed: {message.error}", error=True)
             self.notify(message.error, title="Compare failed", severity="error", timeout=10)
             table = self.query_one(CompareTable)
             for key in list(table.rows):
@@ -275,7 +264,7 @@ class CompareScreen(ModalScreen[None]):
         failed = [r for r in message.result.runs if r.error]
         note = f"; {len(failed)} failed: {failed[0].error}" if failed else ""
         saved = f"; saved to {message.result.saved_to}" if message.result.saved_to else ""
-        self._status(
+        self._line.show(
             f"{len(message.result.runs)} files in {message.result.wall_s:.1f} s{note}{saved}",
             error=bool(failed),
         )
@@ -308,13 +297,13 @@ class CompareScreen(ModalScreen[None]):
         self.query_one(CompareSetup).fill(result)
         self.result = result
         when = result.created[:16].replace("T", " ")
-        self._status(f"reopened the run of {when} ({len(result.runs)} files); nothing was rerun")
+        self._line.show(f"reopened the run of {when} ({len(result.runs)} files); nothing was rerun")
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id != "cmp-budget":
             return
         if event.validation_result is not None and not event.validation_result.is_valid:
-            self._status("the KLD budget must be a number, 0 or more", error=True)
+            self._line.show("the KLD budget must be a number, 0 or more", error=True)
             return
         self.budget = float(event.value)
 
@@ -322,7 +311,7 @@ class CompareScreen(ModalScreen[None]):
         if event.state == WorkerState.ERROR:
             self.busy = ""
             error = event.worker.error
-            self._status(f"{event.worker.name} failed: {error}", error=True)
+            self._line.show(f"{event.worker.name} failed: {error}", error=True)
             self.notify(str(error), title="Error", severity="error", timeout=10)
 
     def watch_busy(self, busy: str) -> None:
@@ -334,12 +323,10 @@ class CompareScreen(ModalScreen[None]):
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         bid = event.button.id or ""
-        if bid == "cmp-run":
-            self.action_run()
-        elif bid == "cmp-export":
-            self.action_export()
-        elif bid == "cmp-past":
-            self.action_past()
+        run, export, past = self.action_run, self.action_export, self.action_past
+        actions = {"cmp-run": run, "cmp-export": export, "cmp-past": past}
+        if bid in actions:
+            actions[bid]()
         elif bid.startswith("cmp-q-"):
             self.action_quantize(bid.removeprefix("cmp-q-"))
 
@@ -349,18 +336,16 @@ class CompareScreen(ModalScreen[None]):
             return
         files = list(self.query_one("#cmp-files", SelectionList).selected)
         if len(files) < 2:
-            self._status("tick at least 2 files to compare", error=True)
+            self._line.show("tick at least 2 files to compare", error=True)
             return
         setup = self.query_one(CompareSetup).read()
         if isinstance(setup, str):
-            self._status(setup, error=True)
+            self._line.show(setup, error=True)
             return
         self.query_one(CompareTable).queue(files, text=setup.text is not None)
         self.query_one("#cmp-best", Static).update("")
-        self._stage = self._running_path = ""
         self.busy = f"comparing {len(files)} files"
-        self._started = time.perf_counter()
-        self._status(f"{self.busy}…")
+        self._line.start(self.busy)
         self._compare(files, setup)
 
     def action_quantize(self, qtype: str) -> None:
@@ -370,12 +355,10 @@ class CompareScreen(ModalScreen[None]):
         files = self.query_one("#cmp-files", SelectionList)
         src = self.source or next(iter(files.selected), None)
         if not src:
-            self._status("no model to quantize: tick one first", error=True)
+            self._line.show("no model to quantize: tick one first", error=True)
             return
-        self._stage = ""
         self.busy = f"quantizing {Path(src).name} to {qtype}"
-        self._started = time.perf_counter()
-        self._status(f"{self.busy}…")
+        self._line.start(self.busy)
         self.notify(f"{self.busy}…", title="Quantize")
         self._quantize(src, qtype)
 
@@ -387,7 +370,7 @@ class CompareScreen(ModalScreen[None]):
 
     def action_export(self) -> None:
         if self.result is None:
-            self._status("nothing to export yet: run a comparison first", error=True)
+            self._line.show("nothing to export yet: run a comparison first", error=True)
             return
         try:
             target = export_markdown(self.result)
@@ -395,7 +378,7 @@ class CompareScreen(ModalScreen[None]):
             self.notify(f"cannot write the file: {exc}", title="Export failed", severity="error")
             return
         self.notify(f"saved to {target}", title="Comparison exported")
-        self._status(f"exported to {target}")
+        self._line.show(f"exported to {target}")
 
     # ---- helpers ----------------------------------------------------------------------------
 
@@ -409,11 +392,8 @@ class CompareScreen(ModalScreen[None]):
         files.add_option(Selection(file_label(e), e.path, selected and e.ok, disabled=not e.ok))
 
     def _tick(self) -> None:
-        if self.busy:
-            stage = f": {self._stage}" if self._stage else ""
-            self._status(f"{self.busy}{stage}… {time.perf_counter() - self._started:.0f} s")
+        self._line.tick(self.busy)
 
-    def _status(self, text: str, error: bool = False) -> None:
-        line = self.query_one("#cmp-status", Static)
-        line.update(literal(text))
-        line.set_class(error, "error")
+    @property
+    def _line(self) -> StatusLine:
+        return self.query_one("#cmp-status", StatusLine)

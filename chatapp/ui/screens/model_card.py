@@ -14,7 +14,8 @@ from textual.widgets import Input, Label, Static
 from chatapp.engine.protocol import ALL_GPU_LAYERS, ModelInfo, gpu_layer_total
 from chatapp.models import fit
 from chatapp.ui.literal import literal
-from chatapp.ui.screens.models import Machine, Picked, read_model
+from chatapp.ui.screens.model_read import Picked, read_model
+from chatapp.ui.screens.models import Machine
 from chatapp.ui.widgets.model_card import CardView, FitView, machine_memory, what_if_markup
 
 DEFAULT_PARAMS_B = 8.0

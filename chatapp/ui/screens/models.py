@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from textual import on, work
@@ -19,55 +19,17 @@ from textual.widgets import Button, DataTable, Input, Label, Static, TabbedConte
 from chatapp.config import CTX_RANGE
 from chatapp.engine.protocol import ALL_GPU_LAYERS, LoadOptions, gpu_layer_total
 from chatapp.errors import ModelFileError
-from chatapp.gguf.header import ModelCard, card_from_header, read_header
 from chatapp.models import fit
 from chatapp.models.discovery import ModelEntry, discover
-from chatapp.models.resolve import local_model
-from chatapp.models.specs import ModelSpec
-from chatapp.ui.literal import cell, literal
+from chatapp.ui.literal import literal
+from chatapp.ui.screens.model_read import Picked, read_model, read_named
 from chatapp.ui.widgets.get_models import GetModelsView
 from chatapp.ui.widgets.hub_downloads import DownloadState, HubFile
 from chatapp.ui.widgets.model_card import CardView, FitView, machine_memory
+from chatapp.ui.widgets.model_list import COLUMNS, ModelList
 
 MIN_CTX, MAX_CTX = CTX_RANGE  # (as --ctx and config.toml's n_ctx)
 Machine = Callable[[], tuple[int | None, int | None]]
-
-
-@dataclass(frozen=True)
-class Picked:
-    """The file the picker would load: its card and shape, or why it cannot be loaded, or
-    the Hub model to download first. `asked` is what was picked (a row's path, or typed)."""
-
-    path: str
-    card: ModelCard | None = None
-    shape: fit.ModelShape | None = None
-    error: str = ""
-    asked: str = ""
-    download: ModelSpec | None = None
-
-    def __post_init__(self) -> None:
-        if not self.asked:
-            object.__setattr__(self, "asked", self.path)
-
-
-def read_model(path: str) -> Picked:
-    """Card and memory shape of one file from its header (never raises)."""
-    try:
-        header = read_header(path)
-    except ModelFileError as exc:
-        return Picked(path, error=str(exc))
-    return Picked(path, card_from_header(header), fit.shape_from_header(header))
-
-
-def read_named(text: str) -> Picked:
-    """A typed path or name (USER/REPO[:QUANT], ollama:NAME[:TAG]) with no network: the file
-    it stands for, or the Hub model it would download (never raises)."""
-    named = local_model(text)
-    if named.download is not None:
-        return Picked("", asked=text, download=named.download)
-    if named.error:
-        return Picked("", asked=text, error=named.error)
-    return replace(read_model(named.path), asked=text)
 
 
 def int_value(widget: Input) -> int | None:
@@ -177,7 +139,7 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
                 )
 
     def _compose_local(self) -> ComposeResult:
-        yield DataTable(id="model-table", cursor_type="row", zebra_stripes=True)
+        yield ModelList(id="model-table", cursor_type="row", zebra_stripes=True)
         with Horizontal(classes="opts"):
             yield Label("path")
             yield Input(
@@ -212,8 +174,8 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
             yield Button("Cancel", id="cancel", compact=True)
 
     def on_mount(self) -> None:
-        table = self.query_one("#model-table", DataTable)
-        table.add_columns("file", "quant", "size", "params", "source", "name or path")
+        table = self.query_one(ModelList)
+        table.add_columns(*COLUMNS)
         table.focus()
         self._sync_ctx()
         self._discover()
@@ -240,23 +202,11 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
     # ---- messages -----------------------------------------------------------------------------
 
     def on_model_picker_screen_discovered(self, message: Discovered) -> None:
-        table = self.query_one("#model-table", DataTable)
-        table.clear()
+        table = self.query_one(ModelList)
         self.entries = {e.path: e for e in message.entries}
-        bad = self.app.theme_variables.get("error", "red")
-        for e in message.entries:
-            size = f"{e.size_bytes / 2**20:,.1f} MiB"
-            params = f"{e.n_params / 1e6:,.0f}M" if e.n_params else "-"
-            name = Path(e.path).name
-            if e.ok:
-                cells = [cell(name), cell(e.quant), size, params, e.source, cell(e.spec)]
-            else:
-                red = [cell(t, style=bad) for t in (name, "invalid", e.error)]
-                cells = [red[0], red[1], size, params, e.source, red[2]]
-            table.add_row(*cells, key=e.path)
-        wanted = self._listed(self.select) or self._listed(self.current.model_path)
-        if wanted is not None:
-            table.move_cursor(row=table.get_row_index(wanted))
+        table.fill(message.entries)
+        if not table.select_file(self.select):
+            table.select_file(self.current.model_path)
         n_ok = sum(e.ok for e in message.entries)
         note = f"{n_ok} loadable GGUF file(s) found; Enter or ctrl+l loads the highlighted one"
         self._note(message.error or note, error=bool(message.error))
@@ -336,7 +286,7 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
         if picked.error:
             self.app.bell()
             return
-        ctx, ngl = self._ctx(), self._ngl()
+        ctx, ngl = self._opts()
         if ctx is None:
             self._note(f"ctx must be a whole number from {MIN_CTX} to {MAX_CTX:,}", error=True)
             return
@@ -367,19 +317,7 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
         typed = self.query_one("#model-path", Input).value.strip()
         if self._typed and typed:
             return typed
-        table = self.query_one("#model-table", DataTable)
-        if not table.row_count:
-            return ""
-        return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value or "")
-
-    def _listed(self, path: str | None) -> str | None:
-        """The list's key for a file (the same file by another path counts)."""
-        if not path:
-            return None
-        if path in self.entries:
-            return path
-        real = Path(path).resolve()
-        return next((p for p in self.entries if Path(p).resolve() == real), None)
+        return self.query_one(ModelList).highlighted()
 
     def _pick(self, asked: str) -> None:
         if not asked:
@@ -419,15 +357,14 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
         card = self.picked.card if self.picked else None
         return gpu_layer_total(card.n_layers) if card else None
 
-    def _ctx(self) -> int | None:
-        return int_value(self.query_one("#model-ctx", Input))
-
-    def _ngl(self) -> int | None:
-        return int_value(self.query_one("#model-ngl", Input))
+    def _opts(self) -> tuple[int | None, int | None]:
+        """The typed ctx and GPU layers, each None while it is not a valid number."""
+        ctx = int_value(self.query_one("#model-ctx", Input))
+        return ctx, int_value(self.query_one("#model-ngl", Input))
 
     def _sync_ctx(self) -> None:
         """The Get models view computes memory at the ctx typed here."""
-        ctx = self._ctx()
+        ctx = self._opts()[0]
         if ctx is not None:
             self.query_one(GetModelsView).n_ctx = ctx
 
@@ -435,7 +372,7 @@ class ModelPickerScreen(ModalScreen[LoadOptions | None]):
         view = self.query_one(FitView)
         picked = self.picked
         shape = picked.shape if picked else None
-        ctx, ngl = self._ctx(), self._ngl()
+        ctx, ngl = self._opts()
         if picked is None or shape is None or ctx is None or ngl is None:
             view.report = None
             return

@@ -122,6 +122,8 @@ class CompareTable(DataTable):
     DEFAULT_CSS = """
     CompareTable { height: auto; max-height: 10; }
     """
+    running = ""
+    """The file compare() runs now ("" before the first)."""
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
@@ -139,6 +141,7 @@ class CompareTable(DataTable):
         """Rows for files about to run, figures empty (`text`: with the text-scoring columns)."""
         columns = table_columns(text)
         self._set_columns(columns)
+        self.running = ""
         blank = [""] * (len(columns) - 1)
         for path in files:
             self.add_row(cell(short_name(Path(path).name)), "queued", *blank, key=path)
@@ -147,6 +150,13 @@ class CompareTable(DataTable):
         """Set one row's status (a path not in the table is ignored)."""
         if path in self.rows:
             self.update_cell(path, STATUS, status, update_width=True)
+
+    def start(self, path: str) -> None:
+        """compare() began on this file: it is running, and the one before it ran."""
+        if self.running:
+            self.mark(self.running, "ran")
+        self.mark(path, "running…")
+        self.running = path
 
     def show(self, result: CompareResult, best: str | None = None) -> None:
         """The figures of a comparison, failures in the error colour, `best` (a path) starred."""

@@ -18,9 +18,9 @@ from chatapp.models.hub import picker
 from chatapp.models.hub.repo_files import Listing
 from chatapp.models.hub.search import Found
 from chatapp.models.hub.speed import Calibration
-from chatapp.models.specs import ModelSpec, parse_spec
+from chatapp.models.specs import parse_spec
 from chatapp.ui.literal import cell, literal
-from chatapp.ui.widgets.get_models_rows import FILE_COLUMNS, Ranked, file_cells
+from chatapp.ui.widgets.get_models_rows import FILE_COLUMNS, FileTable, Ranked
 from chatapp.ui.widgets.hub_downloads import DownloadState, HubFile
 
 Machine = Callable[[], tuple[int | None, int | None]]
@@ -114,7 +114,7 @@ class GetModelsView(Vertical):
             )
             yield Button("Search", id="hub-search-go", compact=True)
         yield DataTable(id="hub-repos", cursor_type="row", zebra_stripes=True)
-        yield DataTable(id="hub-files", cursor_type="row", zebra_stripes=True)
+        yield FileTable(id="hub-files", cursor_type="row", zebra_stripes=True)
         yield Static("", id="hub-reason")
         yield Static("search, then Enter on a repo lists its GGUF files", id="hub-note")
         yield Static("", id="hub-progress")
@@ -125,7 +125,7 @@ class GetModelsView(Vertical):
 
     def on_mount(self) -> None:
         self.query_one("#hub-repos", DataTable).add_columns("repo", "downloads", "likes", "updated")
-        self.query_one("#hub-files", DataTable).add_columns(*FILE_COLUMNS)
+        self.files_table.add_columns(*FILE_COLUMNS)
 
     def activate(self) -> None:
         """The view is shown: focus the search, and measure decode speed here once."""
@@ -205,8 +205,8 @@ class GetModelsView(Vertical):
         if not again:
             self.marked = frozenset()
             if message.ranked and message.ranked.rows:
-                self.query_one("#hub-files", DataTable).focus()
-        self._note(self._listing_note())
+                self.files_table.focus()
+        self._note(self.ranked.note(self.n_ctx, self.calibration) if self.ranked else "")
 
     def on_get_models_view_calibrated(self, message: Calibrated) -> None:
         message.stop()
@@ -215,7 +215,7 @@ class GetModelsView(Vertical):
         if message.error:
             self._note(f"no speed estimate: the calibration decode failed ({message.error})")
         elif self.ranked is not None:
-            self._note(self._listing_note())
+            self._note(self.ranked.note(self.n_ctx, self.calibration))
         self._rank_again()
 
     # ---- drawing ------------------------------------------------------------------------------
@@ -229,11 +229,12 @@ class GetModelsView(Vertical):
             )
 
     def watch_ranked(self, ranked: Ranked | None) -> None:
-        self._fill_files()
-        self.query_one("#hub-reason", Static).update(literal(self._reason()))
+        self.files_table.fill(ranked, self.marked)
+        reason = ranked.reason() if ranked else ""
+        self.query_one("#hub-reason", Static).update(literal(reason))
 
     def watch_marked(self, marked: frozenset[str]) -> None:
-        self._fill_files()
+        self.files_table.fill(self.ranked, marked)
 
     def watch_download(self, state: DownloadState) -> None:
         line = self.query_one("#hub-progress", Static)
@@ -246,26 +247,6 @@ class GetModelsView(Vertical):
 
     def watch_n_ctx(self, n_ctx: int) -> None:
         self._rank_again()
-
-    def _fill_files(self) -> None:
-        table = self.query_one("#hub-files", DataTable)
-        old = self._highlighted()
-        table.clear()
-        ranked = self.ranked
-        if ranked is None:
-            return
-        bad = self.app.theme_variables.get("error", "red")
-        for r in ranked.rows:
-            table.add_row(*file_cells(r, r.file in self.marked, bad), key=r.file)
-        want = old or next((r.file for r in ranked.rows if r.recommended), None)
-        if want is not None and want in {r.file for r in ranked.rows}:
-            table.move_cursor(row=table.get_row_index(want))
-
-    def _reason(self) -> str:
-        return self.ranked.reason() if self.ranked else ""
-
-    def _listing_note(self) -> str:
-        return self.ranked.note(self.n_ctx, self.calibration) if self.ranked else ""
 
     # ---- the user ---------------------------------------------------------------------------
 
@@ -303,7 +284,7 @@ class GetModelsView(Vertical):
     def _file_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
         if event.row_key.value:  # Enter or a click: this file (the button takes the marked)
-            self.ask(self._hub_files([event.row_key.value]))
+            self.ask(self.ranked.hub_files([event.row_key.value]) if self.ranked else [])
 
     @on(Button.Pressed, "#hub-download, #hub-compare, #hub-stop")
     def _button(self, event: Button.Pressed) -> None:
@@ -312,26 +293,26 @@ class GetModelsView(Vertical):
         actions.get(event.button.id or "", self.action_stop)()
 
     def action_mark(self) -> None:
-        name = self._highlighted()
-        if name is None or not self.query_one("#hub-files", DataTable).has_focus:
+        name = self.files_table.highlighted()
+        if name is None or not self.files_table.has_focus:
             return
         self.marked = self.marked ^ {name}
 
     def action_download(self) -> None:
         """The marked files, else the highlighted one."""
-        names = self._marked_in_order() or [n for n in [self._highlighted()] if n]
-        if not names:
+        files = self._chosen()
+        if not files:
             self._note("pick a repo first, then a file", error=True)
             return
-        self.ask(self._hub_files(names))
+        self.ask(files)
 
     def action_compare(self) -> None:
         """The marked files (else the highlighted one), then F10 on them."""
-        names = self._marked_in_order() or [n for n in [self._highlighted()] if n]
-        if not names:
+        files = self._chosen()
+        if not files:
             self._note("mark files with space first, then ctrl+d", error=True)
             return
-        self.ask(self._hub_files(names), compare=True)
+        self.ask(files, compare=True)
 
     def action_stop(self) -> None:
         self.app.post_message(self.StopAsked(self))
@@ -365,26 +346,18 @@ class GetModelsView(Vertical):
         if self.ranked is not None:
             self._list_repo(self.ranked.listing.repo, self.ranked.listing)
 
-    def _highlighted(self) -> str | None:
-        table = self.query_one("#hub-files", DataTable)
-        if not table.row_count:
-            return None
-        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+    @property
+    def files_table(self) -> FileTable:
+        return self.query_one("#hub-files", FileTable)
 
-    def _marked_in_order(self) -> list[str]:
-        rows = self.ranked.rows if self.ranked else ()
-        return [r.file for r in rows if r.file in self.marked]
-
-    def _hub_files(self, names: list[str]) -> list[HubFile]:
-        """The listed repo's files of these names (its rows name them); none while no repo is
-        listed."""
+    def _chosen(self) -> list[HubFile]:
+        """The marked files in the listed order, else the highlighted one; none while no repo
+        is listed."""
         if self.ranked is None:
             return []
-        listing = self.ranked.listing
-        return [
-            HubFile(ModelSpec("hf", f"{listing.repo}:{n}", repo=listing.repo, filename=n), listing)
-            for n in names
-        ]
+        highlighted = self.files_table.highlighted()
+        names = self.ranked.in_order(self.marked) or ([highlighted] if highlighted else [])
+        return self.ranked.hub_files(names)
 
     def _note(self, text: str, error: bool = False) -> None:
         note = self.query_one("#hub-note", Static)
