@@ -22,7 +22,7 @@ from chatapp.engine.protocol import (
     TokenPiece,
 )
 from chatapp.gguf.header import inspect
-from chatapp.models import perplexity
+from chatapp.models import compare_ceilings, perplexity
 from chatapp.models.compare_measures import (
     Replier,
     Scored,
@@ -238,6 +238,8 @@ def compare(
     request = _greedy_request(prompt, tokens, seed)
     make = make_engine or _local_engine
     runs, ref_scored = _run_all(paths_, ref_path, opts, request, make, scoring, progress)
+    gbps = compare_ceilings.read_gbps()
+    runs = tuple(compare_ceilings.with_ceiling(r, gbps) for r in runs)
     out = CompareResult(
         created=datetime.now().astimezone().isoformat(timespec="seconds"),
         prompt=prompt,
@@ -251,6 +253,7 @@ def compare(
         wall_s=time.perf_counter() - t0,
         text_file=str(text_file or ""),
         text_ctx=text_ctx if scoring else 0,
+        mem_read_gbps=gbps,
     )
     if save:
         out = save_result(out)

@@ -7,6 +7,7 @@ import io
 import json
 from dataclasses import asdict
 
+from chatapp.models.compare_ceilings import order_note
 from chatapp.models.compare_result import CompareResult, RunResult
 from chatapp.stats_text import DECODE_FORMAT, MS_FORMAT, PREFILL_FORMAT
 
@@ -106,8 +107,25 @@ def format_table(result: CompareResult) -> str:
         f"reference: {result.reference}; {scored_on}; "
         f"{result.tokens} tokens generated greedily; {result.wall_s:.1f} s in all",
     ]
+    out += ceiling_lines(result, name_w)
     out += [f"! {r.name}: {r.error or r.note}" for r in result.runs if r.error or r.note]
     return "\n".join(out)
+
+
+def ceiling_lines(result: CompareResult, name_w: int) -> list[str]:
+    """Each file's decode ceiling here (the measured read bandwidth over the bytes a token
+    reads), what its decode reached of it, and whether the speeds follow the ceilings."""
+    runs = [r for r in result.runs if r.decode_ceiling_tps]
+    if not runs or not result.mem_read_gbps:
+        return []
+    out = ["", f"decode ceiling here: {result.mem_read_gbps:.1f} GB/s read / bytes per token"]
+    for r in runs:
+        share = f"{r.ceiling_share:.0%}" if r.ceiling_share is not None else "-"
+        out.append(
+            f"  {r.name.ljust(name_w)}  {r.bytes_per_token / 1e6:7.1f} MB a token  "
+            f"ceiling {r.decode_ceiling_tps or 0:7.1f} t/s  reached {share}"
+        )
+    return [*out, f"  {order_note(result.runs)}"]
 
 
 def to_json(result: CompareResult) -> str:

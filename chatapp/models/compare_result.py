@@ -38,6 +38,9 @@ class RunResult:
     busy_share: float | None = None
     """Share of all CPUs other programs used while its speed was measured (None: unknown)."""
     disturbed: bool = False  # ... enough to take time from its threads: its speed is unsure
+    bytes_per_token: int = 0  # read per decoded token at the reply's mean depth
+    decode_ceiling_tps: float | None = None  # this machine's read bandwidth / bytes_per_token
+    ceiling_share: float | None = None  # decode_tps / decode_ceiling_tps
     error: str = ""  # the file could not be run
     note: str = ""  # something to know about the figures
 
@@ -56,6 +59,7 @@ class CompareResult:
     reference: str
     runs: tuple[RunResult, ...]
     wall_s: float = 0.0
+    mem_read_gbps: float | None = None  # the ceilings' bandwidth (measured here)
     saved_to: str = field(default="", compare=False)
     text_file: str = ""  # --text: the user's text, scored in chunks of text_ctx
     text_ctx: int = 0
