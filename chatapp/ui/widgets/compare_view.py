@@ -11,6 +11,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.widgets import DataTable, Static
 
+from chatapp.models.compare_ceilings import order_note
 from chatapp.models.compare_format import COLUMNS, table_columns
 from chatapp.models.compare_result import CompareResult, RunResult
 from chatapp.models.discovery import ModelEntry
@@ -33,9 +34,19 @@ BARS = (  # (title, getter, format): each scaled to its own largest value
     ("size", lambda r: r.size_bytes / 2**20, "{:.1f} MiB"),
     ("peak RSS", lambda r: _mib(r.peak_rss_bytes), "{:.0f} MiB"),
     ("decode speed", lambda r: r.decode_tps, "{:.1f} t/s"),
+    (
+        "decode ceiling here (read GB/s / bytes a token)",
+        lambda r: r.decode_ceiling_tps,
+        "{:.0f} t/s",
+    ),
+    ("share of the ceiling reached", lambda r: _pct(r.ceiling_share), "{:.0f} %"),
     ("mean KLD vs the reference", lambda r: r.mean_kl, "{:.4f}"),
     ("perplexity", lambda r: r.perplexity, "{:.2f}"),
 )
+
+
+def _pct(share: float | None) -> float | None:
+    return None if share is None else share * 100
 
 
 def cells(r: RunResult, columns: tuple = COLUMNS) -> list[str]:
@@ -113,6 +124,8 @@ def bars_content(result: CompareResult, best: str | None = None) -> Content:
                 shown = f"[$spark-max]{bar(v, top)}[/] {fmt.format(v)}"
             mark = f"[$warning]{BEST}[/]" if r.path == best else " "
             out.append(template(f"{mark}$name {shown}", name=name.ljust(width)))
+    if any(r.decode_ceiling_tps for r in result.runs):
+        out.append(Content(order_note(result.runs)))
     return Content("\n").join(out)
 
 
