@@ -2,39 +2,32 @@
 
 from __future__ import annotations
 
-import codecs
 import time
 from typing import TYPE_CHECKING
 
 from chatapp.engine.local.loop.candidates import ranked_size
 from chatapp.engine.local.loop.reply_loop import ReplyLoop
-from chatapp.engine.local.loop.row_sampling import ReplySampler, SubsetSampler, sample_row
-from chatapp.engine.protocol import Failed, Finished, StopReason, Token
+from chatapp.engine.local.loop.row_sampling import ReplySampler
+from chatapp.engine.local.loop.token_step import TokenStep
+from chatapp.engine.protocol import Failed, Finished, StopReason
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.load.loaded_model import LoadedModel
     from chatapp.engine.local.loop.grammar_sampler import GrammarSampler
 
 
 class Sequence:
-    """One of the replies: its sampler, its tokens, its position, whether it has ended."""
+    """One of the replies: its token step (sampler, text, times), its tokens, its position in
+    the KV cache, whether it has ended."""
 
-    def __init__(
-        self,
-        w: LoadedModel,
-        seq: int,
-        settings,
-        history: list[int],
-        ignore_eos: bool,
-        grammar: GrammarSampler | None,
-    ):
+    def __init__(self, loop: ReplyLoop, seq: int, history: list[int], grammar) -> None:
+        w, req = loop.w, loop.req
         self.seq = seq
-        self.grammar = grammar  # its own grammar state, or None
-        self.sampler = ReplySampler(w, settings, history, ignore_eos, seq)
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.parts: list[str] = []
+        self.grammar: GrammarSampler | None = grammar  # its own grammar state, or None
+        self.sampler = ReplySampler(w, loop.settings, history, req.ignore_eos, seq)
+        self.step = TokenStep(
+            w, loop.send, self.sampler, grammar, req.top_n, req.ignore_eos, seq=seq
+        )
         self.tokens: list[int] = []
-        self.times: list[float] = []
         self.pos = len(history)  # where its next token goes in the KV cache
         self.row = -1  # its logits row in the last batch
         self.reason: StopReason | None = None
@@ -70,8 +63,7 @@ class ParallelGeneration(ReplyLoop):
         grammars = self.start_grammars(n, [])
         if grammars is None:
             return
-        seqs = [Sequence(w, s, settings, prompt, req.ignore_eos, grammars[s]) for s in range(n)]
-        subset = SubsetSampler(lib, 256)
+        seqs = [Sequence(self, s, prompt, grammars[s]) for s in range(n)]
         m = ranked_size(settings, req.top_n, w.n_vocab)
         index = 0
         try:
@@ -94,7 +86,7 @@ class ParallelGeneration(ReplyLoop):
                 if not live:
                     break
                 for q in live:
-                    self._step(q, settings, m, subset, index)
+                    self._step(q, settings, m)
                 live = [q for q in live if q.reason is None]
                 if not live:
                     break
@@ -114,9 +106,9 @@ class ParallelGeneration(ReplyLoop):
         first = seqs[0]  # its decoded tokens stay in the cache
         w.kv_tokens = prompt + first.tokens[: first.pos - len(prompt)]
         lib.llama_memory_seq_rm(w.mem, 0, len(w.kv_tokens), -1)
-        times = sorted(t for q in seqs for t in q.times)
+        times = sorted(t for q in seqs for t in q.step.times)
         stats = self.stats((t_request, t_prefill, t_prefill_end), times, len(prompt), n_new)
-        texts = tuple("".join(q.parts) for q in seqs)
+        texts = tuple(q.step.text() for q in seqs)
         reasons = tuple(str(q.reason or StopReason.MAX_TOKENS) for q in seqs)
         self.send(
             Finished(
@@ -129,33 +121,18 @@ class ParallelGeneration(ReplyLoop):
             flush=True,
         )
 
-    def _step(self, q: Sequence, settings, m: int, subset: SubsetSampler, index: int) -> None:
+    def _step(self, q: Sequence, settings, m: int) -> None:
         """Sample q's next token from its row of the last batch and report it."""
-        w, req, lib = self.w, self.req, self.w.lib
-        if len(q.tokens) >= settings.max_tokens:
+        tokens = q.tokens
+        if len(tokens) >= settings.max_tokens:
             q.reason = StopReason.MAX_TOKENS
             return
-        tok, cands, logprob = sample_row(
-            w, q.sampler.chain, subset, q.row, settings, q.sampler.recent, m, req.top_n, q.grammar
-        )
-        t_tok = time.perf_counter()
-        if tok < 0:  # its grammar allows nothing more
+        tok = q.step.step(q.row, settings, m, len(tokens))
+        if tok < 0:  # its grammar allows nothing more, or an EOG token
             q.reason = StopReason.EOG
             return
-        if not req.ignore_eos and lib.llama_vocab_is_eog(w.vocab, tok):
-            q.reason = StopReason.EOG
-            return
-        q.times.append(t_tok)
-        q.tokens.append(tok)
-        q.sampler.recent.push(tok)
-        piece = w.piece(tok)
-        delta = q.decoder.decode(piece)
-        q.parts.append(delta)
-        self.send(
-            Token(len(q.tokens) - 1, tok, piece, delta, t_tok, logprob, cands, seq=q.seq),
-            flush=index == 0 and q.seq == 0,
-        )
-        if q.pos >= w.n_ctx:
+        tokens.append(tok)
+        if q.pos >= self.w.n_ctx:
             q.reason = StopReason.CONTEXT_FULL
 
     def _decode(self, live: list[Sequence]) -> int:
