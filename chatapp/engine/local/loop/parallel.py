@@ -59,43 +59,12 @@ class ParallelGeneration(ReplyLoop):
         for s in range(1, n):  # every reply starts from the prompt's cache, shared
             lib.llama_memory_seq_rm(w.mem, s, -1, -1)
             lib.llama_memory_seq_cp(w.mem, 0, s, -1, -1)
-        settings = self.settings
         grammars = self.start_grammars(n, [])
         if grammars is None:
             return
         seqs = [Sequence(self, s, prompt, grammars[s]) for s in range(n)]
-        m = ranked_size(settings, req.top_n, w.n_vocab)
-        index = 0
         try:
-            while True:
-                self.check_pipe()
-                changed = self.take_new_settings(
-                    lambda: [(q.sampler, prompt + q.tokens) for q in seqs], index
-                )
-                if changed is not None:
-                    settings = changed
-                    m = ranked_size(settings, req.top_n, w.n_vocab)
-                if self.new_steering is not None:  # every reply, from the next decode on
-                    self.send(w.steering.change(self.new_steering, index), flush=True)
-                    self.new_steering = None
-                live = [q for q in seqs if q.reason is None]
-                if self.cancelled:
-                    for q in live:
-                        q.reason = StopReason.CANCELLED
-                    break
-                if not live:
-                    break
-                for q in live:
-                    self._step(q, settings, m)
-                live = [q for q in live if q.reason is None]
-                if not live:
-                    break
-                code = self._decode(live)
-                if code != 0:
-                    for q in live:
-                        q.reason = StopReason.CONTEXT_FULL if code == 1 else StopReason.ERROR
-                    break
-                index += 1
+            self._loop(seqs, prompt)
         finally:
             for q in seqs:
                 q.sampler.free()
@@ -103,11 +72,54 @@ class ParallelGeneration(ReplyLoop):
                     q.grammar.free()
             for s in range(1, n):
                 lib.llama_memory_seq_rm(w.mem, s, -1, -1)
+        self._finish(seqs, prompt, (t_request, t_prefill, t_prefill_end), n_new)
+
+    def _loop(self, seqs: list[Sequence], prompt: list[int]) -> None:
+        """Step by step until every reply has ended (each Sequence's `reason` says why): the
+        pipe read between steps, a token sampled for each reply still going, one decode."""
+        w, req = self.w, self.req
+        settings = self.settings
+        m = ranked_size(settings, req.top_n, w.n_vocab)
+        histories = lambda: [(q.sampler, prompt + q.tokens) for q in seqs]  # noqa: E731
+        index = 0
+        while True:
+            self.check_pipe()
+            changed = self.take_new_settings(histories, index)
+            if changed is not None:
+                settings = changed
+                m = ranked_size(settings, req.top_n, w.n_vocab)
+            if self.new_steering is not None:  # every reply, from the next decode on
+                self.send(w.steering.change(self.new_steering, index), flush=True)
+                self.new_steering = None
+            live = [q for q in seqs if q.reason is None]
+            if self.cancelled:
+                for q in live:
+                    q.reason = StopReason.CANCELLED
+                return
+            if not live:
+                return
+            for q in live:
+                self._step(q, settings, m)
+            live = [q for q in live if q.reason is None]
+            if not live:
+                return
+            code = self._decode(live)
+            if code != 0:
+                for q in live:
+                    q.reason = StopReason.CONTEXT_FULL if code == 1 else StopReason.ERROR
+                return
+            index += 1
+
+    def _finish(
+        self, seqs: list[Sequence], prompt: list[int], times: tuple[float, float, float], n_new
+    ) -> None:
+        """The first reply's tokens kept in the KV cache; every reply's text in one Finished."""
+        w = self.w
         first = seqs[0]  # its decoded tokens stay in the cache
         w.kv_tokens = prompt + first.tokens[: first.pos - len(prompt)]
-        lib.llama_memory_seq_rm(w.mem, 0, len(w.kv_tokens), -1)
-        times = sorted(t for q in seqs for t in q.step.times)
-        stats = self.stats((t_request, t_prefill, t_prefill_end), times, len(prompt), n_new)
+        w.lib.llama_memory_seq_rm(w.mem, 0, len(w.kv_tokens), -1)
+        token_times = sorted(t for q in seqs for t in q.step.times)
+        stats = self.stats(times, token_times, len(prompt), n_new)
         texts = tuple(q.step.text() for q in seqs)
         reasons = tuple(str(q.reason or StopReason.MAX_TOKENS) for q in seqs)
         self.send(
