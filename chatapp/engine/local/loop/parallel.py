@@ -25,7 +25,7 @@ class Sequence:
         self.grammar: GrammarSampler | None = grammar  # its own grammar state, or None
         self.sampler = ReplySampler(w, loop.settings, history, req.ignore_eos, seq)
         self.step = TokenStep(
-            w, loop.send, self.sampler, grammar, req.top_n, req.ignore_eos, seq=seq
+            w, loop.send, self.sampler, grammar, req.top_n, req.ignore_eos, spec=None, seq=seq
         )
         self.tokens: list[int] = []
         self.pos = len(history)  # where its next token goes in the KV cache

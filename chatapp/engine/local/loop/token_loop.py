@@ -56,8 +56,8 @@ class Generation(ReplyLoop):
         if prefilled is None:
             return
         n_new, t_prefill_end = prefilled
-        step = self._token_step(prompt, grammar)
         spec = Speculation(w, drafter)
+        step = self._token_step(prompt, grammar, spec)
         try:
             self._loop(step, spec, len(prompt.prefix), gov)
         finally:
@@ -133,8 +133,10 @@ class Generation(ReplyLoop):
         """Whether the prompt was rendered with the plain fallback template."""
         return bool(prompt.warning) and prompt.warning != FOLDED_SYSTEM_NOTE
 
-    def _token_step(self, prompt: Prompt, grammar: GrammarSampler | None) -> TokenStep:
-        """The reply's per-token step: its sampler on the prompt, its stop strings."""
+    def _token_step(
+        self, prompt: Prompt, grammar: GrammarSampler | None, spec: Speculation
+    ) -> TokenStep:
+        """The reply's per-token step: its sampler on the prompt, its drafts, its stop strings."""
         w, req = self.w, self.req
         sampler = ReplySampler(w, self.settings, prompt.full, req.ignore_eos)
         plain = self._plain(prompt)
@@ -150,6 +152,7 @@ class Generation(ReplyLoop):
             req.ignore_eos,
             prefix=prompt.prefix,
             stops=stops,
+            spec=spec,
         )
 
     def _loop(

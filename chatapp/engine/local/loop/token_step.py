@@ -57,9 +57,9 @@ class TokenStep:
         top_n: int,
         ignore_eos: bool,
         *,
+        spec: Speculation | None,
         prefix: Sequence[int] = (),
         stops: Sequence[str] = (),
-        spec: Speculation | None = None,
         seq: int = 0,
     ) -> None:
         self.w = w
