@@ -65,16 +65,29 @@ class Generation(ReplyLoop):
             if grammar is not None:
                 grammar.free()
             spec.end()
+        self._finish(prompt, (t_prefill, t_prefill_end), n_new, step, spec, (gov, switched))
+
+    def _finish(
+        self,
+        prompt: Prompt,
+        prefill: tuple[float, float],
+        n_new: int,
+        step: TokenStep,
+        spec: Speculation,
+        threads: tuple[ThreadGovernor | None, int],
+    ) -> None:
+        """The reply's text and stats in its Finished event (`threads`: the governor and how
+        many switches it had made before the reply)."""
         t_request, t_rendered, t_tokenized = prompt.times
         stats = self.stats(
-            (t_request, t_prefill, t_prefill_end),
+            (t_request, *prefill),
             step.times,
             len(prompt.ids),
             n_new,
             template_s=t_rendered - t_request,
             tokenize_s=t_tokenized - t_rendered,
             **spec.stats(),
-            **thread_stats(gov, switched, w.options.threads),
+            **thread_stats(*threads, self.w.options.threads),
         )
         # an incomplete UTF-8 tail (cut by max_tokens) is dropped
         self.send(Finished(step.reason, step.text(), stats, step.detail), flush=True)
