@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from chatapp.commands.bench.draft_tasks import HELD_OUT
-from chatapp.engine.local.loop.drafts import DraftPolicy, NgramDrafter
+from chatapp.engine.local.loop.draft_policy import DraftPolicy
+from chatapp.engine.local.loop.drafts import NgramDrafter
 from chatapp.engine.local.loop.speculation import speculative_probs
 from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import (

@@ -77,15 +77,20 @@ class LoadedModel:
         self.bos_id = llama_cpp.llama_vocab_bos(self.vocab)
         self.eos_id = llama_cpp.llama_vocab_eos(self.vocab)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
-        desc = ctypes.create_string_buffer(256)
-        llama_cpp.llama_model_desc(self.model, desc, 256)
         n_layers = llama_cpp.llama_model_n_layer(self.model)
         gpu_ok = bool(llama_cpp.llama_supports_gpu_offload())
         offloaded = _offloaded_layers(gpu_ok, options.n_gpu_layers, n_layers)
         self._watch: LoadWatch | None = None
         self.governor = self._governor(options.threads, options.adapt_threads, offloaded < n_layers)
+        self.info = self._model_info(load_s, gpu_ok, offloaded, n_layers)
+
+    def _model_info(self, load_s: float, gpu_ok: bool, offloaded: int, n_layers: int) -> ModelInfo:
+        """What the parent is told of the model just loaded."""
+        llama_cpp, options, meta = self.lib, self.options, self.llama.metadata
+        desc = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self.model, desc, 256)
         exact = self.llama.context_params.type_v == llama_cpp.GGML_TYPE_Q8_0
-        self.info = ModelInfo(
+        return ModelInfo(
             path=options.model_path,
             n_vocab=self.n_vocab,
             n_ctx=self.n_ctx,

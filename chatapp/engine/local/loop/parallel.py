@@ -2,39 +2,32 @@
 
 from __future__ import annotations
 
-import codecs
 import time
 from typing import TYPE_CHECKING
 
 from chatapp.engine.local.loop.candidates import ranked_size
 from chatapp.engine.local.loop.reply_loop import ReplyLoop
-from chatapp.engine.local.loop.row_sampling import ReplySampler, SubsetSampler, sample_row
-from chatapp.engine.protocol import Failed, Finished, StopReason, Token
+from chatapp.engine.local.loop.row_sampling import ReplySampler
+from chatapp.engine.local.loop.token_step import TokenStep
+from chatapp.engine.protocol import Failed, Finished, StopReason
 
 if TYPE_CHECKING:
-    from chatapp.engine.local.load.loaded_model import LoadedModel
     from chatapp.engine.local.loop.grammar_sampler import GrammarSampler
 
 
 class Sequence:
-    """One of the replies: its sampler, its tokens, its position, whether it has ended."""
+    """One of the replies: its token step (sampler, text, times), its tokens, its position in
+    the KV cache, whether it has ended."""
 
-    def __init__(
-        self,
-        w: LoadedModel,
-        seq: int,
-        settings,
-        history: list[int],
-        ignore_eos: bool,
-        grammar: GrammarSampler | None,
-    ):
+    def __init__(self, loop: ReplyLoop, seq: int, history: list[int], grammar) -> None:
+        w, req = loop.w, loop.req
         self.seq = seq
-        self.grammar = grammar  # its own grammar state, or None
-        self.sampler = ReplySampler(w, settings, history, ignore_eos, seq)
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.parts: list[str] = []
+        self.grammar: GrammarSampler | None = grammar  # its own grammar state, or None
+        self.sampler = ReplySampler(w, loop.settings, history, req.ignore_eos, seq)
+        self.step = TokenStep(
+            w, loop.send, self.sampler, grammar, req.top_n, req.ignore_eos, spec=None, seq=seq
+        )
         self.tokens: list[int] = []
-        self.times: list[float] = []
         self.pos = len(history)  # where its next token goes in the KV cache
         self.row = -1  # its logits row in the last batch
         self.reason: StopReason | None = None
@@ -66,44 +59,12 @@ class ParallelGeneration(ReplyLoop):
         for s in range(1, n):  # every reply starts from the prompt's cache, shared
             lib.llama_memory_seq_rm(w.mem, s, -1, -1)
             lib.llama_memory_seq_cp(w.mem, 0, s, -1, -1)
-        settings = self.settings
         grammars = self.start_grammars(n, [])
         if grammars is None:
             return
-        seqs = [Sequence(w, s, settings, prompt, req.ignore_eos, grammars[s]) for s in range(n)]
-        subset = SubsetSampler(lib, 256)
-        m = ranked_size(settings, req.top_n, w.n_vocab)
-        index = 0
+        seqs = [Sequence(self, s, prompt, grammars[s]) for s in range(n)]
         try:
-            while True:
-                self.check_pipe()
-                changed = self.take_new_settings(
-                    lambda: [(q.sampler, prompt + q.tokens) for q in seqs], index
-                )
-                if changed is not None:
-                    settings = changed
-                    m = ranked_size(settings, req.top_n, w.n_vocab)
-                if self.new_steering is not None:  # every reply, from the next decode on
-                    self.send(w.steering.change(self.new_steering, index), flush=True)
-                    self.new_steering = None
-                live = [q for q in seqs if q.reason is None]
-                if self.cancelled:
-                    for q in live:
-                        q.reason = StopReason.CANCELLED
-                    break
-                if not live:
-                    break
-                for q in live:
-                    self._step(q, settings, m, subset, index)
-                live = [q for q in live if q.reason is None]
-                if not live:
-                    break
-                code = self._decode(live)
-                if code != 0:
-                    for q in live:
-                        q.reason = StopReason.CONTEXT_FULL if code == 1 else StopReason.ERROR
-                    break
-                index += 1
+            self._loop(seqs, prompt)
         finally:
             for q in seqs:
                 q.sampler.free()
@@ -111,12 +72,55 @@ class ParallelGeneration(ReplyLoop):
                     q.grammar.free()
             for s in range(1, n):
                 lib.llama_memory_seq_rm(w.mem, s, -1, -1)
+        self._finish(seqs, prompt, (t_request, t_prefill, t_prefill_end), n_new)
+
+    def _loop(self, seqs: list[Sequence], prompt: list[int]) -> None:
+        """Step by step until every reply has ended (each Sequence's `reason` says why): the
+        pipe read between steps, a token sampled for each reply still going, one decode."""
+        w, req = self.w, self.req
+        settings = self.settings
+        m = ranked_size(settings, req.top_n, w.n_vocab)
+        histories = lambda: [(q.sampler, prompt + q.tokens) for q in seqs]  # noqa: E731
+        index = 0
+        while True:
+            self.check_pipe()
+            changed = self.take_new_settings(histories, index)
+            if changed is not None:
+                settings = changed
+                m = ranked_size(settings, req.top_n, w.n_vocab)
+            if self.new_steering is not None:  # every reply, from the next decode on
+                self.send(w.steering.change(self.new_steering, index), flush=True)
+                self.new_steering = None
+            live = [q for q in seqs if q.reason is None]
+            if self.cancelled:
+                for q in live:
+                    q.reason = StopReason.CANCELLED
+                return
+            if not live:
+                return
+            for q in live:
+                self._step(q, settings, m)
+            live = [q for q in live if q.reason is None]
+            if not live:
+                return
+            code = self._decode(live)
+            if code != 0:
+                for q in live:
+                    q.reason = StopReason.CONTEXT_FULL if code == 1 else StopReason.ERROR
+                return
+            index += 1
+
+    def _finish(
+        self, seqs: list[Sequence], prompt: list[int], times: tuple[float, float, float], n_new
+    ) -> None:
+        """The first reply's tokens kept in the KV cache; every reply's text in one Finished."""
+        w = self.w
         first = seqs[0]  # its decoded tokens stay in the cache
         w.kv_tokens = prompt + first.tokens[: first.pos - len(prompt)]
-        lib.llama_memory_seq_rm(w.mem, 0, len(w.kv_tokens), -1)
-        times = sorted(t for q in seqs for t in q.times)
-        stats = self.stats((t_request, t_prefill, t_prefill_end), times, len(prompt), n_new)
-        texts = tuple("".join(q.parts) for q in seqs)
+        w.lib.llama_memory_seq_rm(w.mem, 0, len(w.kv_tokens), -1)
+        token_times = sorted(t for q in seqs for t in q.step.times)
+        stats = self.stats(times, token_times, len(prompt), n_new)
+        texts = tuple(q.step.text() for q in seqs)
         reasons = tuple(str(q.reason or StopReason.MAX_TOKENS) for q in seqs)
         self.send(
             Finished(
@@ -129,33 +133,18 @@ class ParallelGeneration(ReplyLoop):
             flush=True,
         )
 
-    def _step(self, q: Sequence, settings, m: int, subset: SubsetSampler, index: int) -> None:
+    def _step(self, q: Sequence, settings, m: int) -> None:
         """Sample q's next token from its row of the last batch and report it."""
-        w, req, lib = self.w, self.req, self.w.lib
-        if len(q.tokens) >= settings.max_tokens:
+        tokens = q.tokens
+        if len(tokens) >= settings.max_tokens:
             q.reason = StopReason.MAX_TOKENS
             return
-        tok, cands, logprob = sample_row(
-            w, q.sampler.chain, subset, q.row, settings, q.sampler.recent, m, req.top_n, q.grammar
-        )
-        t_tok = time.perf_counter()
-        if tok < 0:  # its grammar allows nothing more
+        tok = q.step.step(q.row, settings, m, len(tokens))
+        if tok < 0:  # its grammar allows nothing more, or an EOG token
             q.reason = StopReason.EOG
             return
-        if not req.ignore_eos and lib.llama_vocab_is_eog(w.vocab, tok):
-            q.reason = StopReason.EOG
-            return
-        q.times.append(t_tok)
-        q.tokens.append(tok)
-        q.sampler.recent.push(tok)
-        piece = w.piece(tok)
-        delta = q.decoder.decode(piece)
-        q.parts.append(delta)
-        self.send(
-            Token(len(q.tokens) - 1, tok, piece, delta, t_tok, logprob, cands, seq=q.seq),
-            flush=index == 0 and q.seq == 0,
-        )
-        if q.pos >= w.n_ctx:
+        tokens.append(tok)
+        if q.pos >= self.w.n_ctx:
             q.reason = StopReason.CONTEXT_FULL
 
     def _decode(self, live: list[Sequence]) -> int:

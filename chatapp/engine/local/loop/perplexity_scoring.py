@@ -93,10 +93,8 @@ def base_files(base_path: str) -> tuple[Path, Path, Path]:
     )
 
 
-def run(
-    w: LoadedModel, job: PerplexityJob, progress: Callable[[int, int, float], None]
-) -> dict | str:
-    """Score the whole text; returns per-position arrays, or one sentence saying what failed."""
+def scored_tokens(w: LoadedModel, job: PerplexityJob) -> np.ndarray | str:
+    """The text's tokens, or one sentence saying why chunks of job.n_ctx cannot score it."""
     tokens = np.asarray(w.tokenize(job.text, add_bos=w.add_bos, special=False), dtype=np.int32)
     n_ctx = job.n_ctx
     if n_ctx > w.n_ctx or n_ctx > w.n_batch:
@@ -108,70 +106,103 @@ def run(
             f"the text is {len(tokens)} tokens; scoring chunks of {n_ctx} needs at least "
             f"{2 * n_ctx}: give a longer text or a smaller --ctx"
         )
-    n_chunk, per_chunk = chunk_plan(len(tokens), n_ctx)
-    tokens = tokens[: n_chunk * n_ctx]
-    vocab = w.n_vocab
-    tok_file, logp_file, nll_file = base_files(job.base_path)
-    width = 2 * ((vocab + 1) // 2) + 4
-    shape = (n_chunk * per_chunk, width)
+    return tokens
+
+
+def open_base(job: PerplexityJob, tokens: np.ndarray, shape: tuple[int, int]) -> Any:
+    """The reference's log-prob rows: a new file to fill (`write_base`, the tokens saved), else
+    the cached one read; or one sentence saying why the cache does not fit this text."""
+    tok_file, logp_file, _ = base_files(job.base_path)
     if job.write_base:
         Path(job.base_path).parent.mkdir(parents=True, exist_ok=True)
         np.save(tok_file, tokens)
-        base = np.lib.format.open_memmap(logp_file, mode="w+", dtype=np.uint16, shape=shape)
-    else:
-        base_tokens = np.load(tok_file)
-        if base_tokens.shape != tokens.shape or not np.array_equal(base_tokens, tokens):
-            return (
-                "this file cuts the text into other tokens than the reference: KL divergence "
-                "needs the same tokenizer (compare quantizations of one model)"
-            )
-        base = np.load(logp_file, mmap_mode="r")
-        if base.shape != shape:
-            return "the reference's cached log-probs do not match this model's vocabulary"
+        return np.lib.format.open_memmap(logp_file, mode="w+", dtype=np.uint16, shape=shape)
+    base_tokens = np.load(tok_file)
+    if base_tokens.shape != tokens.shape or not np.array_equal(base_tokens, tokens):
+        return (
+            "this file cuts the text into other tokens than the reference: KL divergence "
+            "needs the same tokenizer (compare quantizations of one model)"
+        )
+    base = np.load(logp_file, mmap_mode="r")
+    if base.shape != shape:
+        return "the reference's cached log-probs do not match this model's vocabulary"
+    return base
+
+
+def decode_chunk(w: LoadedModel, chunk: np.ndarray, first: int, rows: int) -> np.ndarray | None:
+    """One chunk decoded from an empty cache, logits kept from position `first` on but the
+    last: those `rows` rows (a view of llama.cpp's buffer), or None when llama_decode failed."""
+    lib, b = w.lib, w.batch
+    n_ctx = len(chunk)
+    lib.llama_memory_clear(w.mem, True)
+    w.kv_tokens = []
+    if w.add_bos:
+        chunk[0] = w.bos_id
+    for i, tok in enumerate(chunk):
+        b.token[i] = int(tok)
+        b.pos[i] = i
+        b.n_seq_id[i] = 1
+        b.seq_id[i][0] = 0
+        b.logits[i] = i >= first and i < n_ctx - 1
+    b.n_tokens = n_ctx
+    if lib.llama_decode(w.ctx, b) != 0:
+        return None
+    ptr = lib.llama_get_logits(w.ctx)
+    return np.ctypeslib.as_array(ptr, shape=(rows, w.n_vocab))
+
+
+def score_chunk(
+    job: PerplexityJob, logits, targets, base, at: int, out: dict[str, list[np.ndarray]]
+) -> None:
+    """A chunk's rows, ROWS at a time, from position `at` of the scored ones: their NLL (and
+    their rows written to the reference), or compared against the reference's."""
+    for r in range(0, len(logits), ROWS):
+        rows, tgt = logits[r : r + ROWS], targets[r : r + ROWS]
+        pos = at + r
+        if job.write_base:
+            top, lse, nll, _ = row_stats(rows, tgt)
+            base[pos : pos + len(tgt)] = quantize_log_probs(rows, top, lse)
+            parts = {"nll": nll}
+        else:
+            parts = compare_rows(rows, tgt, base[pos : pos + len(tgt)])
+        for key, value in parts.items():
+            out.setdefault(key, []).append(value)
+
+
+def run(
+    w: LoadedModel, job: PerplexityJob, progress: Callable[[int, int, float], None]
+) -> dict | str:
+    """Score the whole text; returns per-position arrays, or one sentence saying what failed."""
+    tokens = scored_tokens(w, job)
+    if isinstance(tokens, str):
+        return tokens
+    n_ctx = job.n_ctx
+    n_chunk, per_chunk = chunk_plan(len(tokens), n_ctx)
+    tokens = tokens[: n_chunk * n_ctx]
+    width = 2 * ((w.n_vocab + 1) // 2) + 4
+    base = open_base(job, tokens, (n_chunk * per_chunk, width))
+    if isinstance(base, str):
+        return base
     first = n_ctx // 2
     out: dict[str, list[np.ndarray]] = {}
-    lib, b = w.lib, w.batch
     t0 = time.perf_counter()
     for c in range(n_chunk):
-        lib.llama_memory_clear(w.mem, True)
-        w.kv_tokens = []
-        chunk = tokens[c * n_ctx : (c + 1) * n_ctx].copy()
-        if w.add_bos:
-            chunk[0] = w.bos_id
-        for i, tok in enumerate(chunk):
-            b.token[i] = int(tok)
-            b.pos[i] = i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
-            b.logits[i] = i >= first and i < n_ctx - 1
-        b.n_tokens = n_ctx
-        if lib.llama_decode(w.ctx, b) != 0:
-            lib.llama_memory_clear(w.mem, True)
+        logits = decode_chunk(w, tokens[c * n_ctx : (c + 1) * n_ctx].copy(), first, per_chunk)
+        if logits is None:
+            w.lib.llama_memory_clear(w.mem, True)
             return f"llama_decode failed on chunk {c + 1} of {n_chunk}"
-        ptr = lib.llama_get_logits(w.ctx)
-        logits = np.ctypeslib.as_array(ptr, shape=(per_chunk, vocab))
         targets = tokens[c * n_ctx + first + 1 : (c + 1) * n_ctx]
-        for r in range(0, per_chunk, ROWS):
-            rows, tgt = logits[r : r + ROWS], targets[r : r + ROWS]
-            at = c * per_chunk + r
-            if job.write_base:
-                top, lse, nll, _ = row_stats(rows, tgt)
-                base[at : at + len(tgt)] = quantize_log_probs(rows, top, lse)
-                parts = {"nll": nll}
-            else:
-                parts = compare_rows(rows, tgt, base[at : at + len(tgt)])
-            for key, value in parts.items():
-                out.setdefault(key, []).append(value)
+        score_chunk(job, logits, targets, base, c * per_chunk, out)
         done = (c + 1) * per_chunk
         progress(done, n_chunk * per_chunk, time.perf_counter() - t0)
-    lib.llama_memory_clear(w.mem, True)
+    w.lib.llama_memory_clear(w.mem, True)
     w.kv_tokens = []
     if job.write_base:
         base.flush()
         del base
     result: dict[str, Any] = {key: np.concatenate(parts) for key, parts in out.items()}
     if job.write_base:
-        np.save(nll_file, result["nll"])  # last: its presence says the cache is complete
+        np.save(base_files(job.base_path)[2], result["nll"])  # last: says the cache is complete
     result["n_tokens"] = len(tokens)
     result["n_chunks"] = n_chunk
     return result

@@ -6,7 +6,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING
 
-from chatapp.engine.local.loop.drafts import DraftPolicy
+from chatapp.engine.local.loop.draft_policy import DraftPolicy
 
 PROBE_EVERY = 32  # tokens a draft model goes without drafting before it tries again
 PROBE_LENGTH = 4
