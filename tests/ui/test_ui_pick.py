@@ -121,7 +121,7 @@ async def test_regenerate_keeps_the_old_reply_as_a_branch():
         await pilot.press("ctrl+r")
         await wait_until(pilot, lambda: _done(app, 2, engine))
         assert pane(app).chat.items()[-1].branch == "branch 2/2"
-        assert pane(app).session.branch_points() == [1]
+        assert pane(app).session.edits.branch_points() == [1]
 
 
 @pytest.mark.slow
