@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import math
+from typing import Protocol
 
 from chatapp.chat.branches import Tree
 from chatapp.chat.recorder import ChatHistory
@@ -15,16 +16,39 @@ class PickError(ChatappError):
     """A token cannot be picked there (no reply with tokens, a step out of range, streaming)."""
 
 
-class ConversationEdits:
-    """The edits of ChatSession's conversation tree (`tree`) that keep its history rows in step
-    (`history`); none while a reply streams (`streaming`)."""
+class Edited(Protocol):
+    """What the edits read of a conversation (a ChatSession): its tree, its history rows, and
+    whether a reply streams. Read anew at each edit: the session replaces its tree (new chat,
+    resume) and may be handed another history."""
 
-    tree: Tree
-    history: ChatHistory
+    @property
+    def tree(self) -> Tree: ...
+
+    @property
+    def history(self) -> ChatHistory: ...
+
+    @property
+    def streaming(self) -> bool: ...
+
+
+class ConversationEdits:
+    """The edits of a conversation's tree that keep its history rows in step (a ChatSession's
+    `edits`); none while a reply streams."""
+
+    def __init__(self, conversation: Edited) -> None:
+        self.conversation = conversation
+
+    @property
+    def tree(self) -> Tree:
+        return self.conversation.tree
+
+    @property
+    def history(self) -> ChatHistory:
+        return self.conversation.history
 
     @property
     def streaming(self) -> bool:
-        raise NotImplementedError
+        return self.conversation.streaming
 
     def drop_last_reply(self) -> bool:
         """Take the last reply out for good (continue replaces it with its longer self);

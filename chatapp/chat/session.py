@@ -47,7 +47,7 @@ class Prepared:
     note: str = ""
 
 
-class ChatSession(ConversationEdits):
+class ChatSession:
     """The conversation (what the model sees) and its history rows, driven by the TUI and by
     `chatapp ask` alike. Front ends map its results to the screen or to stdout.
 
@@ -57,8 +57,9 @@ class ChatSession(ConversationEdits):
     loop of its own.
 
     The conversation is a tree (`tree`): a reply made again (regenerate, rewind, a picked
-    token) is a branch beside the earlier ones, and `switch_branch` chooses the one the
-    conversation goes on with; `conversation` is the chosen path.
+    token) is a branch beside the earlier ones, and `edits.switch_branch` chooses the one the
+    conversation goes on with; `conversation` is the chosen path. The edits of the tree (drop,
+    set aside, pick, switch branches) are its `edits` (ConversationEdits).
     """
 
     def __init__(
@@ -86,6 +87,7 @@ class ChatSession(ConversationEdits):
         self.draft: LiveReply | None = None  # the reply being written
         self.last_split: Split | None = None  # the last finished reply: reasoning and answer
         self.left_out = 0  # the oldest messages the last request left out to fit the context
+        self.edits = ConversationEdits(self)  # drop, set aside, pick, walk and switch branches
 
     # ---- the engine ---------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ def test_picking_a_candidate_cuts_the_reply_there_and_keeps_the_old_one_as_a_bra
     other = first[2].candidates[3]  # not the token the sampler took at step 2
     assert other.id != first[2].id
 
-    prefix = session.pick(2, other)
+    prefix = session.edits.pick(2, other)
     assert [t.id for t in prefix] == [first[0].id, first[1].id, other.id]
     assert prefix[-1].text == other.piece.decode() and prefix[-1].candidates == first[2].candidates
     assert session.conversation[-1].role == "user", "the old reply is set aside while streaming"
@@ -53,7 +53,7 @@ def test_picking_a_candidate_cuts_the_reply_there_and_keeps_the_old_one_as_a_bra
     assert [m.role for m in request.messages] == ["user"], "the old reply is not in the prompt"
     new = session.tree.last
     assert [t.id for t in new.tokens[:3]] == [first[0].id, first[1].id, other.id]
-    assert session.branch_points() == [1] and session.branch_of(1) == (2, 2)
+    assert session.edits.branch_points() == [1] and session.edits.branch_of(1) == (2, 2)
 
     # the store keeps both; the conversation goes on with the new one
     cid = session.history.conversation_id
@@ -63,36 +63,36 @@ def test_picking_a_candidate_cuts_the_reply_there_and_keeps_the_old_one_as_a_bra
     assert len(store.all_messages(cid)) == 3
 
     # switching back: the first reply is the conversation again, in memory and on disk
-    assert session.switch_branch(1, -1)
-    assert not session.switch_branch(1, -1), "there is no branch before the first"
-    assert session.branch_of(1) == (1, 2)
+    assert session.edits.switch_branch(1, -1)
+    assert not session.edits.switch_branch(1, -1), "there is no branch before the first"
+    assert session.edits.branch_of(1) == (1, 2)
     assert session.tree.last.tokens == first
     assert store.messages(cid)[1].text == "".join(t.text for t in first)
-    assert session.switch_branch(1, +1) and session.branch_of(1) == (2, 2)
+    assert session.edits.switch_branch(1, +1) and session.edits.branch_of(1) == (2, 2)
 
 
 def test_pick_at_any_step_and_its_limits(tmp_path):
     session, engine, _ = _session(tmp_path, max_tokens=4)
     with pytest.raises(PickError, match="made in this session"):
-        session.pick(0, _any_candidate())
+        session.edits.pick(0, _any_candidate())
     list(session.send("Hi"))
     last = session.tree.last.tokens
     with pytest.raises(PickError, match="no step 4"):
-        session.pick(4, last[0].candidates[1])
-    prefix = session.pick(0, last[0].candidates[1])  # the very first token of the reply
+        session.edits.pick(4, last[0].candidates[1])
+    prefix = session.edits.pick(0, last[0].candidates[1])  # the very first token of the reply
     assert [t.id for t in prefix] == [last[0].candidates[1].id]
     session.prepare(prefix)
     with pytest.raises(PickError, match="streaming"):
-        session.pick(0, last[0].candidates[2])
+        session.edits.pick(0, last[0].candidates[2])
     session.failed("the worker died")  # what it wrote (the picked token) stays
-    assert session.branch_of(1) == (2, 2)
+    assert session.edits.branch_of(1) == (2, 2)
 
 
 def test_a_reply_that_writes_nothing_gives_the_old_branch_back(tmp_path):
     session, engine, store = _session(tmp_path, max_tokens=3)
     list(session.send("Hi"))
     old = session.conversation[-1].content
-    assert session.set_aside_last_reply()
+    assert session.edits.set_aside_last_reply()
     session.prepare()
     session.failed("the server said no")
     assert session.conversation[-1].content == old
@@ -103,13 +103,13 @@ def test_later_turns_belong_to_their_branch(tmp_path):
     session, engine, store = _session(tmp_path, max_tokens=3)
     list(session.send("One"))
     first = session.tree.last.tokens
-    _run(session, engine, session.pick(1, first[1].candidates[2]))
+    _run(session, engine, session.edits.pick(1, first[1].candidates[2]))
     list(session.send("Two"))  # goes on from branch 2
     assert len(session.conversation) == 4
-    assert session.switch_branch(1, -1)
+    assert session.edits.switch_branch(1, -1)
     assert [m.role for m in session.conversation] == ["user", "assistant"], "branch 1 ends here"
     list(session.send("Three"))  # a new turn after branch 1
-    assert session.switch_branch(1, +1)
+    assert session.edits.switch_branch(1, +1)
     assert [m.content for m in session.conversation if m.role == "user"] == ["One", "Two"]
 
     # resume rebuilds the same tree and path from the store
@@ -117,8 +117,8 @@ def test_later_turns_belong_to_their_branch(tmp_path):
     session.new_chat()
     conv, kept = session.resume(cid)
     assert [m.text for m in kept if m.role == "user"] == ["One", "Two"]
-    assert session.branch_points() == [1] and session.branch_of(1) == (2, 2)
-    assert session.switch_branch(1, -1)
+    assert session.edits.branch_points() == [1] and session.edits.branch_of(1) == (2, 2)
+    assert session.edits.switch_branch(1, -1)
     assert [m.content for m in session.conversation if m.role == "user"] == ["One", "Three"]
     assert [m.text for m in store.messages(cid) if m.role == "user"] == ["One", "Three"]
 
@@ -127,11 +127,12 @@ def test_edit_and_continue_still_take_messages_out(tmp_path):
     session, engine, store = _session(tmp_path, max_tokens=3)
     list(session.send("One"))
     first = session.tree.last.tokens
-    _run(session, engine, session.pick(1, first[1].candidates[2]))
-    assert session.drop_last_reply()  # continue: the reply is replaced by its longer self
+    _run(session, engine, session.edits.pick(1, first[1].candidates[2]))
+    assert session.edits.drop_last_reply()  # continue: the reply is replaced by its longer self
     _run(session, engine, list(first))
-    assert session.branch_of(1) == (2, 2)
-    assert session.take_last_user() == "One"  # edit: the turn goes, with every branch after it
+    assert session.edits.branch_of(1) == (2, 2)
+    # edit: the turn goes, with every branch after it
+    assert session.edits.take_last_user() == "One"
     cid = session.history.conversation_id
     assert session.conversation == [] and store.all_messages(cid) == []
 

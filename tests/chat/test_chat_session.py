@@ -58,13 +58,13 @@ def test_regenerate_continue_and_edit_replace_the_stored_rows(tmp_path):
     engine = ScriptedEngine(delay=0)
     session, store = _session(tmp_path, engine, max_tokens=3)
     list(session.send("One"))
-    assert session.drop_last_reply()  # regenerate
-    assert not session.drop_last_reply()  # (nothing left to drop)
+    assert session.edits.drop_last_reply()  # regenerate
+    assert not session.edits.drop_last_reply()  # (nothing left to drop)
     list(session.send())
     assert [r[0] for r in _rows(store, session)] == ["user", "assistant"]
     # continue: the reply starts from the last one's tokens
     last = session.conversation[-1].content
-    assert session.drop_last_reply()
+    assert session.edits.drop_last_reply()
     prefix = [Token(i, i, p.piece, p.text, 0.0) for i, p in enumerate(engine.tokenize(last))]
     prepared = session.prepare(prefix)
     assert prepared.request.reply_prefix_ids == tuple(t.id for t in prefix)
@@ -75,7 +75,7 @@ def test_regenerate_continue_and_edit_replace_the_stored_rows(tmp_path):
             session.finished(event)
     assert session.conversation[-1].content.startswith(last)  # (the scripted text goes on)
     # edit: the last user turn and its reply go; its text comes back
-    assert session.take_last_user() == "One"
+    assert session.edits.take_last_user() == "One"
     assert session.conversation == [] and _rows(store, session) == []
 
 

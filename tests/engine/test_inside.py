@@ -264,12 +264,12 @@ async def test_the_inside_tab_captures_the_selected_token_in_a_worker():
         except AssertionError:
             raise AssertionError(panel.status) from None
         n_prompt, n_reply = (
-            len(app.chat_screen.token_panel.prompt),
-            len(app.chat_screen.token_panel.reply_tokens),
+            len(app.chat_screen.view.token_panel.prompt),
+            len(app.chat_screen.view.token_panel.reply_tokens),
         )
         last = engine.inspections[-1]
         assert last.position == n_prompt + n_reply - 2  # the pass that wrote the latest token
-        assert last.chosen == app.chat_screen.token_panel.reply_tokens[-1].id
+        assert last.chosen == app.chat_screen.view.token_panel.reply_tokens[-1].id
         text = panel.render_inspection(panel.inspection).plain
         assert "final" in text and "Attention" in text and "Nearest" in text
         assert "attention sink" in text
@@ -278,10 +278,10 @@ async def test_the_inside_tab_captures_the_selected_token_in_a_worker():
         assert panel.attention_layer == 1
         assert panel.layer == "default"  # Textual's own layer, where it is drawn
         app.query_one(TabbedContent).active = "tab-tokens"
-        app.chat_screen.token_panel.strip.cursor = 2
+        app.chat_screen.view.token_panel.strip.cursor = 2
         app.query_one(TabbedContent).active = "tab-inside"
         await wait_until(pilot, lambda: engine.inspections[-1].position == n_prompt + 1)
-        assert engine.inspections[-1].chosen == app.chat_screen.token_panel.reply_tokens[2].id
+        assert engine.inspections[-1].chosen == app.chat_screen.view.token_panel.reply_tokens[2].id
 
 
 @pytest.mark.slow
@@ -303,7 +303,7 @@ async def test_the_inside_tab_on_the_real_model_explains_the_latest_token(model_
         app.query_one(TabbedContent).active = "tab-inside"
         await wait_until(pilot, lambda: panel.inspection is not None, 60)
         found = panel.inspection
-        assert found.chosen.id == app.chat_screen.token_panel.reply_tokens[-1].id
+        assert found.chosen.id == app.chat_screen.view.token_panel.reply_tokens[-1].id
         assert found.lens_ok and found.layers[-1].chosen_rank >= 1
         _check_attention(found)
 
@@ -379,7 +379,7 @@ async def test_alt_s_colours_the_reply_by_surprise_and_shows_its_perplexity():
         await wait_until(
             pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None
         )
-        panel, strip = app.chat_screen.token_panel, app.chat_screen.token_panel.strip
+        panel, strip = app.chat_screen.view.token_panel, app.chat_screen.view.token_panel.strip
         plain = [strip.render().spans[i].style for i in range(3)]
         await pilot.press("alt+s")
         assert app.query_one(TabbedContent).active == "tab-tokens"

@@ -338,5 +338,5 @@ async def test_tui_chats_over_the_server(server):
         reply = pane(app).last_reply
         assert reply.finished is not None and reply.finished.text.strip()
         assert pane(app).session.conversation[-1].content == reply.finished.text
-        assert app.chat_screen.probs.candidates, "top_logprobs fill the probability panel"
-        assert app.chat_screen.stats_panel.stats.tokens == len(reply.tokens) > 0
+        assert app.chat_screen.view.probs.candidates, "top_logprobs fill the probability panel"
+        assert app.chat_screen.view.stats_panel.stats.tokens == len(reply.tokens) > 0

@@ -355,8 +355,8 @@ async def test_the_panel_draws_a_servers_after_column_as_sent():
     app = ChatApp(lambda: ScriptedEngine())
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        app.chat_screen.probs.candidates = candidates_after(top, 5)
-        lines = str(app.chat_screen.probs.render()).splitlines()
+        app.chat_screen.view.probs.candidates = candidates_after(top, 5)
+        lines = str(app.chat_screen.view.probs.render()).splitlines()
     red = next(line for line in lines if "' red'" in line)
     assert red.rstrip().endswith("0.625") and " - " in red and "nan" not in red
     assert next(line for line in lines if "' blue'" in line).rstrip().endswith("0.375")

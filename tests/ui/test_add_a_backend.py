@@ -47,10 +47,10 @@ async def test_a_one_file_engine_streams_a_reply_and_its_panels_follow_its_capab
         assert pane(app).session.conversation[-1].content == "hello from a new backend"
         assert [t.text for t in reply.tokens] == ["hello", " from", " a", " new", " backend"]
         # What it has works: its tokens are in the Tokens tab, the prompt's too.
-        tokens = app.chat_screen.token_panel
+        tokens = app.chat_screen.view.token_panel
         assert len(tokens.strip.tokens) == 5 and tokens.prompt
         # What it lacks: no candidates in the Next token tab ...
-        assert not app.chat_screen.probs.candidates
+        assert not app.chat_screen.view.probs.candidates
         # ... the Steer tab says steering is unavailable and shows no controls ...
         await pilot.press("alt+v")
         steer = app.query_one(SteerPanel)

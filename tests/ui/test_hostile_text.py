@@ -99,18 +99,18 @@ async def chat_places(pilot, app: ChatApp, text: str, store: Store) -> None:
         reasoning = item.query_one(".thinking-text", Static)
         assert shown(reasoning) == printable(item.thinking[-SHOWN_CHARS:])
 
-    probs = app.chat_screen.probs  # picked '…': a candidate whose text is the hostile string
+    probs = app.chat_screen.view.probs  # picked '…': a candidate whose text is the hostile string
     probs.focus()
     await pilot.pause()
     await pilot.press("down", "enter")
     await wait_until(pilot, lambda: len(app.slot.engine.requests) == 2 and pane(app).reply is None)
 
     app.query_one(TabbedContent).active = "tab-tokens"
-    app.chat_screen.token_panel.strip.cursor = 0
+    app.chat_screen.view.token_panel.strip.cursor = 0
     app.query_one(TabbedContent).active = "tab-inside"
     panel = app.query_one(InsidePanel)
     await wait_until(pilot, lambda: panel.inspection is not None)
-    piece = token_display(app.chat_screen.token_panel.reply_tokens[0].piece)
+    piece = token_display(app.chat_screen.view.token_panel.reply_tokens[0].piece)
     assert repr(piece) in panel.status
     assert shown(panel.query_one("#inside-status")) == printable(panel.status)
     no_raw_escapes(app)

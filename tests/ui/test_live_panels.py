@@ -34,7 +34,7 @@ async def test_every_live_panel_joins_and_follows_the_reply_and_the_model():
             StatsPanel, ProbPanel, TokenPanel, InsidePanel, LimitsPanel
         }  # fmt: skip
         assert set(app.screen.query(LivePanel)) == set(joined)
-        assert app.chat_screen.stats_panel.info is pane(app).model.info
+        assert app.chat_screen.view.stats_panel.info is pane(app).model.info
         assert app.query_one(InsidePanel).display  # the scripted engine can look inside
         await send(pilot, app, "Hello")
         await wait_until(

@@ -15,7 +15,7 @@ async def test_f3_hides_or_swaps_the_panels(size):
         await wait_until(pilot, lambda: app.slot.engine is not None)
         left, side = app.query_one("#left"), app.query_one("#side")
         narrow = size[0] < 100
-        assert app.chat_screen.narrow == narrow
+        assert app.chat_screen.view.narrow == narrow
         assert left.display and side.display != narrow
         await pilot.press("f3")
         await pilot.pause()
@@ -57,7 +57,7 @@ async def test_a_resize_that_hides_the_focused_widget_gives_the_focus_to_the_pro
         await pilot.pause()
         assert app.focused is app.query_one("#slider-temperature")
         await pilot.resize_terminal(200, 60)
-        await wait_until(pilot, lambda: not app.chat_screen.narrow)
+        await wait_until(pilot, lambda: not app.chat_screen.view.narrow)
         await pilot.pause()
         prompt = app.query_one("#prompt")
         assert app.focused is prompt

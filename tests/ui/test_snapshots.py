@@ -153,7 +153,8 @@ def test_a_picked_token_makes_a_second_branch(snap_compare):
         app.query_one("#probs").focus()
         await pilot.press("down", "down", "enter")
         await wait_until(
-            pilot, lambda: len(pane(app).session.branch_points()) == 1 and pane(app).reply is None
+            pilot,
+            lambda: len(pane(app).session.edits.branch_points()) == 1 and pane(app).reply is None,
         )
         app.clear_notifications()
         await pilot.pause()

@@ -29,16 +29,18 @@ async def test_send_streams_reply_and_updates_panels():
         assert [i.role for i in items] == ["user", "assistant"]
         assert items[-1].text == pane(app).session.conversation[-1].content
         assert "stop: eog" in items[-1].footer
-        assert app.chat_screen.probs.candidates and app.chat_screen.probs.chosen is not None
         assert (
-            len(app.chat_screen.token_panel.strip.tokens)
+            app.chat_screen.view.probs.candidates and app.chat_screen.view.probs.chosen is not None
+        )
+        assert (
+            len(app.chat_screen.view.token_panel.strip.tokens)
             == len(pane(app).last_reply.tokens)
             == 2 * len(WORDS)
         )
-        stats = app.chat_screen.stats_panel.stats
+        stats = app.chat_screen.view.stats_panel.stats
         assert stats.tokens == 2 * len(WORDS) and stats.stop_reason == "eog"
         assert stats.ttft_s is not None and stats.first_paint_s is not None
-        assert app.chat_screen.token_panel.prompt, "the templated prompt tokens are kept"
+        assert app.chat_screen.view.token_panel.prompt, "the templated prompt tokens are kept"
 
 
 async def test_escape_stops_the_reply():
@@ -91,8 +93,8 @@ async def test_rewind_resamples_from_the_selected_token():
         strip = app.query_one("#reply-tokens", TokenStrip)
         strip.cursor = 5
         await pilot.pause()
-        assert app.chat_screen.probs.step == 5
-        assert app.chat_screen.probs.chosen == first_ids[5]
+        assert app.chat_screen.view.probs.step == 5
+        assert app.chat_screen.view.probs.chosen == first_ids[5]
         await pilot.press("ctrl+w")
         await wait_until(pilot, lambda: len(engine.requests) == 2 and pane(app).reply is None)
         assert engine.requests[-1].reply_prefix_ids == tuple(first_ids[:5])
@@ -221,14 +223,14 @@ async def test_real_model_send_stream_and_stop(model_path):
         reply = pane(app).last_reply
         assert reply.finished is not None and reply.finished.reason == "cancelled"
         assert reply.item.text == reply.finished.text and reply.finished.text.strip()
-        assert app.chat_screen.probs.candidates
+        assert app.chat_screen.view.probs.candidates
         # a rate, whatever the machine's load (a busy 2-core host decodes well under 1 t/s
         # at times): behaviour, never a speed bound
-        stats = app.chat_screen.stats_panel.stats
+        stats = app.chat_screen.view.stats_panel.stats
         assert stats.decode_tps is not None and stats.decode_tps > 0
         assert stats.tokens >= 5
-        assert len(app.chat_screen.token_panel.prompt) > 10
-        assert any(t.piece == b"<|im_start|>" for t in app.chat_screen.token_panel.prompt)
+        assert len(app.chat_screen.view.token_panel.prompt) > 10
+        assert any(t.piece == b"<|im_start|>" for t in app.chat_screen.view.token_panel.prompt)
         # A second turn works on the same worker and reuses the KV cache.
         pane(app).session.settings = pane(app).session.settings.with_(max_tokens=8)
         await send(pilot, app, "Thanks!")
@@ -237,7 +239,7 @@ async def test_real_model_send_stream_and_stop(model_path):
             lambda: pane(app).reply is None and len(pane(app).session.conversation) == 4,
             timeout=60,
         )
-        assert app.chat_screen.stats_panel.stats.prompt_reused > 0
+        assert app.chat_screen.view.stats_panel.stats.prompt_reused > 0
 
 
 async def test_side_panels_redraw_at_most_every_panel_interval_and_end_complete():
@@ -265,11 +267,11 @@ async def test_side_panels_redraw_at_most_every_panel_interval_and_end_complete(
         # at most one redraw per interval (plus the first token and the finish)
         assert len(redraws) <= span / app.slot.cadence.panels_s + 3 < batches
         # and once the reply is done every panel shows all of it
-        assert len(app.chat_screen.token_panel.strip.tokens) == len(reply.tokens)
-        assert app.chat_screen.probs.chosen == reply.tokens[-1].id
-        assert app.chat_screen.stats_panel.stats.tokens == len(reply.tokens)
+        assert len(app.chat_screen.view.token_panel.strip.tokens) == len(reply.tokens)
+        assert app.chat_screen.view.probs.chosen == reply.tokens[-1].id
+        assert app.chat_screen.view.stats_panel.stats.tokens == len(reply.tokens)
         # from one store: the panels hold the session's LiveReply, the strip its very tokens
-        screen = app.chat_screen
+        screen = app.chat_screen.view  # (the side panels)
         assert screen.token_panel.reply is screen.probs.reply is screen.stats_panel.reply
         assert screen.token_panel.reply is reply.live
         assert all(

@@ -36,13 +36,13 @@ async def test_oldest_turns_are_left_out_and_marked(model_path):
             pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None, 60
         )
         assert isinstance(pane(app).last_reply.finished, Finished), "the reply fits after trimming"
-        prompt = b"".join(t.piece for t in app.chat_screen.token_panel.prompt).decode(
+        prompt = b"".join(t.piece for t in app.chat_screen.view.token_panel.prompt).decode(
             "utf-8", "replace"
         )
         assert "You are terse." in prompt, "the system prompt is always kept"
         assert "Final question" in prompt, "the newest turn is always kept"
         assert "Question 0:" not in prompt, "the oldest turn left the prompt"
-        assert len(app.chat_screen.token_panel.prompt) <= 512 - 16
+        assert len(app.chat_screen.view.token_panel.prompt) <= 512 - 16
         items = pane(app).chat.items()
         assert "left-out" in items[0].classes and "left-out" not in items[-2].classes
         assert len(pane(app).session.conversation) == 14, "the conversation itself keeps everything"

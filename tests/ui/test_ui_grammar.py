@@ -40,7 +40,7 @@ async def test_a_schema_for_the_conversation_reaches_every_request_and_shows(tmp
         )
         assert engine.requests[-1].grammar == pane(app).session.grammar
         assert "⊘ schema person.json" in status(app)  # still there after the reply
-        drawn = str(app.chat_screen.probs.render())
+        drawn = str(app.chat_screen.view.probs.render())
         assert "⊘ cut by the grammar" in drawn and drawn.count("⊘") == 2
         await pilot.press("alt+g")
         await wait_until(pilot, lambda: isinstance(app.screen, GrammarScreen))

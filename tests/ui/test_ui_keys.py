@@ -50,3 +50,16 @@ def test_every_pane_key_names_a_command_of_the_conversation():
         assert action == "pane"
         method = getattr(Commands, command)
         inspect.signature(method).bind(None, *args)  # (self, then the key's arguments)
+
+
+def test_every_view_key_names_a_method_of_the_panel_view():
+    from textual.actions import parse
+
+    from chatapp.ui.screens.chat import ChatScreen
+    from chatapp.ui.screens.panel_view import PanelView
+
+    named = [parse(b.action) for b in ChatScreen.BINDINGS if b.action.startswith("view(")]
+    assert len(named) == 6
+    for _, action, (name, *args) in named:
+        assert action == "view" and not args
+        assert callable(getattr(PanelView, name)) and not name.startswith("_")

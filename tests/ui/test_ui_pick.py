@@ -59,7 +59,7 @@ async def test_enter_picks_a_candidate_of_the_latest_step_and_alt_arrows_switch_
         assert "stop: max" in items[-1].footer, "the branch keeps its stats line"
         assert [t.id for t in pane(app).last_reply.tokens] == ids
         assert pane(app).session.conversation[-1].content == first_text
-        assert len(app.chat_screen.token_panel.strip.tokens) == len(first)
+        assert len(app.chat_screen.view.token_panel.strip.tokens) == len(first)
         (conv,) = store.list_conversations()
         assert store.messages(conv.id)[-1].text == first_text  # the choice is saved
 
@@ -121,7 +121,7 @@ async def test_regenerate_keeps_the_old_reply_as_a_branch():
         await pilot.press("ctrl+r")
         await wait_until(pilot, lambda: _done(app, 2, engine))
         assert pane(app).chat.items()[-1].branch == "branch 2/2"
-        assert pane(app).session.branch_points() == [1]
+        assert pane(app).session.edits.branch_points() == [1]
 
 
 @pytest.mark.slow
@@ -154,7 +154,7 @@ async def test_real_model_pick_a_token_and_switch_back(model_path):
         new = pane(app).last_reply
         assert [t.id for t in new.tokens[: step + 1]] == [first[0].id, picked.id]
         assert new.finished is not None and new.finished.reason in ("eog", "max_tokens")
-        assert app.chat_screen.stats_panel.stats.prompt_reused > 0, "the KV cache was reused"
+        assert app.chat_screen.view.stats_panel.stats.prompt_reused > 0, "the KV cache was reused"
         assert pane(app).chat.items()[-1].branch == "branch 2/2"
         assert new.finished.text.startswith(first[0].text + picked.text)
         await pilot.press("alt+left")

@@ -42,7 +42,7 @@ async def test_drafted_tokens_are_marked_and_the_speed_panel_reports_them(model_
         a, _ = strip._spans[i]
         assert any(s.start <= a < s.end and s.style.underline for s in rendered.spans)
         assert marked.underline
-        notes = app.chat_screen.stats_panel.notes
+        notes = app.chat_screen.view.stats_panel.notes
         assert notes.startswith("why: ") and "ngram drafts" in notes
         assert "no plain reply on this model yet" in notes
         # In the reply too, on demand: its text with the drafted tokens marked.
@@ -65,14 +65,14 @@ async def test_drafted_tokens_are_marked_and_the_speed_panel_reports_them(model_
         await wait_until(
             pilot, lambda: pane(app).reply is None and len(pane(app).session.conversation) == 4, 60
         )
-        assert "drafts" not in app.chat_screen.stats_panel.notes
+        assert "drafts" not in app.chat_screen.view.stats_panel.notes
         await pilot.press("alt+d")
         assert pane(app).session.speculation == "ngram"
         await send(pilot, app, REWRITE)
         await wait_until(
             pilot, lambda: pane(app).reply is None and len(pane(app).session.conversation) == 6, 60
         )
-        assert "x the last plain reply (" in app.chat_screen.stats_panel.notes
+        assert "x the last plain reply (" in app.chat_screen.view.stats_panel.notes
 
 
 @pytest.mark.slow
@@ -99,7 +99,7 @@ async def test_regenerate_x4_decodes_four_replies_together_as_branches(model_pat
         made = siblings[1:]
         assert all(t.row is not None and t.text for t in made)
         assert all(t.tokens and {x.seq for x in t.tokens} == {i} for i, t in enumerate(made))
-        assert "4 replies in one batch" in app.chat_screen.stats_panel.notes
+        assert "4 replies in one batch" in app.chat_screen.view.stats_panel.notes
         (conversation,) = store.list_conversations()
         stored = store.all_messages(conversation.id)
         assert sum(m.role == "assistant" for m in stored) == 5

@@ -76,7 +76,7 @@ async def test_a_slider_moved_mid_reply_bends_the_reply_from_the_next_token(fres
         await pilot.press("shift+right", "shift+right")  # ...until happy goes to +4
         steered = await _reply_ids(pilot, app)
 
-        strip = app.chat_screen.token_panel.strip
+        strip = app.chat_screen.view.token_panel.strip
         changes = session.last_steering.changes  # one per key press (+2.5, then +4)
         assert strip.marks == {index for index, _ in changes} and strip.marks
         first = min(strip.marks)

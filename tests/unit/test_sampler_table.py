@@ -129,9 +129,9 @@ async def test_the_slider_panel_and_the_cut_lines_read_the_table():
         for s in (BASE, BASE.with_(temperature=0.0)):
             cands = [Candidate(1, b"a", 0.5, 1.0)]
             cands += [Candidate(i + 2, b"b", 0.1, 0.0, row.name) for i, row in enumerate(CUTS)]
-            app.chat_screen.probs.settings = s
-            app.chat_screen.probs.candidates = tuple(cands)
-            text = str(app.chat_screen.probs.render())
+            app.chat_screen.view.probs.settings = s
+            app.chat_screen.view.probs.candidates = tuple(cands)
+            text = str(app.chat_screen.view.probs.render())
             for row in CUTS:
                 assert f"── {row.cut_text(s)} cut" in text
         assert BY_NAME["temperature"].cut_text(BASE) == "greedy"

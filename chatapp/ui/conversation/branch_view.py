@@ -35,7 +35,7 @@ class BranchView:
 
     def label(self) -> None:
         """Label each message shown with its place among its branches."""
-        places = self.session.branch_places()
+        places = self.session.edits.branch_places()
         items = self.chat.items()
         for item, (at, count) in zip(reversed(items), reversed(places), strict=False):
             item.set_branch(f"branch {at}/{count}" if count > 1 else "")
@@ -43,13 +43,13 @@ class BranchView:
     async def switch_newest(self, step: int) -> tuple[bool, Reply | None, str]:
         """Switch the newest message that has branches to its previous (-1) or next (+1)
         one: whether it switched, the last reply (as `switch`) and a status line."""
-        points = self.session.branch_points()
+        points = self.session.edits.branch_points()
         if not points:
             return False, None, "no branches yet: pick a token in the Next token tab, or regenerate"
         switched, last = await self.switch(points[-1], step)
         if not switched:
             return False, None, f"no {'earlier' if step < 0 else 'later'} branch"
-        at, count = self.session.branch_of(points[-1])
+        at, count = self.session.edits.branch_of(points[-1])
         return True, last, f"message {points[-1] + 1}: branch {at}/{count}"
 
     async def switch(self, index: int, step: int) -> tuple[bool, Reply | None]:
@@ -58,7 +58,7 @@ class BranchView:
         and the token panels) when it was made in this session."""
         items = self.chat.items()
         offset = len(self.session.conversation) - len(items)  # (older ones are not mounted)
-        if not self.session.switch_branch(index, step):
+        if not self.session.edits.switch_branch(index, step):
             return False, None
         for item in items[max(0, index - offset) :]:
             await item.remove()

@@ -42,7 +42,7 @@ class Commands:
         pane = self.pane
         if not self.idle or not pane.session.conversation:
             return
-        if pane.session.set_aside_last_reply():
+        if pane.session.edits.set_aside_last_reply():
             items = pane.chat.items()
             if items and items[-1].role == "assistant":
                 await items[-1].remove()
@@ -65,7 +65,7 @@ class Commands:
         pane = self.pane
         if not self.idle:
             return
-        text = pane.session.take_last_user()
+        text = pane.session.edits.take_last_user()
         if text is None:
             return
         items = pane.chat.items()
@@ -80,7 +80,7 @@ class Commands:
         pane, last = self.pane, self.pane.last_reply
         if not self.idle or last is None or not pane.session.conversation:
             return
-        if not pane.session.drop_last_reply():
+        if not pane.session.edits.drop_last_reply():
             return
         await pane.generate(prefix=list(last.tokens), item=last.item)
 
@@ -93,7 +93,7 @@ class Commands:
         if not self.idle or last is None or cursor is None or tokens.show_prompt:
             pane.notify("Select a token of the last reply in the Tokens tab first.")
             return
-        pane.session.set_aside_last_reply()
+        pane.session.edits.set_aside_last_reply()
         await self._restart(last, list(last.tokens[:cursor]))
 
     async def pick(self, step: int | None, candidate: Candidate) -> None:
@@ -109,7 +109,7 @@ class Commands:
         if step is None:  # (the latest step shown: the reply's last token)
             step = len(last.tokens) - 1
         try:
-            prefix = pane.session.pick(step, candidate)
+            prefix = pane.session.edits.pick(step, candidate)
         except PickError as exc:
             pane.notify(str(exc))
             return

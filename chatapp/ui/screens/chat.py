@@ -10,6 +10,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, TabbedContent, TabPane
 
 from chatapp.chat.session import ChatSession
@@ -44,10 +45,12 @@ def _key(key: str, action: str, description: str, id: str, show: bool = True) ->
     return Binding(key, action, description, show=show, id=id, priority=True)
 
 
-class ChatScreen(PanelView):
+class ChatScreen(Screen):
     """The chat: its layout, its keys, its dialogs and the view's toggles. The conversation
     lives in the ConversationPane (`pane`): the keys that act on it name its commands
-    (`pane('regenerate')`), and the live panels laid out here join it as they mount."""
+    (`pane('regenerate')`), and the live panels laid out here join it as they mount. The side
+    panels' view is its PanelView (`view`): the keys that only change what is shown name its
+    methods (`view('toggle_side')`)."""
 
     BINDINGS = [
         Binding("escape", "stop", "Stop", id="chat.stop"),
@@ -60,10 +63,10 @@ class ChatScreen(PanelView):
         _key("ctrl+n", "pane('new_chat')", "New chat", "chat.new"),
         _key("f1", "app.help", "Help", "app.help"),
         _key("f2", "system_prompt", "System", "chat.system_prompt"),
-        _key("f3", "toggle_side", "Panels", "view.toggle_side"),
-        _key("f4", "toggle_prompt_tokens", "Prompt tokens", "view.prompt_tokens"),
-        _key("f5", "toggle_ids", "Token ids", "view.token_ids"),
-        _key("f6", "focus_sampler", "Sampler", "view.focus_sampler"),
+        _key("f3", "view('toggle_side')", "Panels", "view.toggle_side"),
+        _key("f4", "view('toggle_prompt_tokens')", "Prompt tokens", "view.prompt_tokens"),
+        _key("f5", "view('toggle_ids')", "Token ids", "view.token_ids"),
+        _key("f6", "view('focus_sampler')", "Sampler", "view.focus_sampler"),
         _key("ctrl+t", "app.next_theme", "Theme", "view.next_theme"),
         _key("f7", "conversations", "History", "chat.history"),
         _key("ctrl+b", "pane('toggle_thinking')", "Think on/off", "chat.think", show=False),
@@ -92,11 +95,11 @@ class ChatScreen(PanelView):
             "chat.copy_conversation",
             show=False,
         ),  # fmt: skip
-        _key("alt+v", "steer", "Steer: control vectors", "chat.steer", show=False),
+        _key("alt+v", "view('steer')", "Steer: control vectors", "chat.steer", show=False),
         _key("alt+g", "pick_grammar", "JSON schema / grammar", "chat.grammar", show=False),
         _key(
             "alt+s",
-            "toggle_surprise",
+            "view('toggle_surprise')",
             "Surprise: colour the reply's tokens by p",
             "chat.surprise",
             show=False,
@@ -119,6 +122,7 @@ class ChatScreen(PanelView):
         self.config = config  # its presets and model_dirs are used here
         self.initial_settings = settings or SamplerSettings()
         self.pane = ConversationPane(session, slot, config, id="left")
+        self.view = PanelView(self)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -148,9 +152,9 @@ class ChatScreen(PanelView):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.probs.settings = self.initial_settings
+        self.view.probs.settings = self.initial_settings
         self.query_one("#prompt").focus()
-        self.screen_layout_refresh_signal.subscribe(self, self._focus_in_sight)
+        self.screen_layout_refresh_signal.subscribe(self, self.view.focus_in_sight)
         self.call_after_refresh(settle_gc)
         self.watch(self.pane, "model", self._steer_follows, init=False)
         self.pane.start_model()
@@ -178,12 +182,16 @@ class ChatScreen(PanelView):
     async def action_stop(self) -> None:
         """Esc: stop the reply; with none, narrow: back from the panels to the chat; else stop
         F8's Hub download, if one runs."""
-        if not self.pane.stop() and not self.back_to_the_chat():
+        if not self.pane.stop() and not self.view.back_to_the_chat():
             await self.run_action("app.stop_download")
 
     async def action_pane(self, command: str, *args: object) -> None:
         """A chat key's command on the conversation (ConversationPane.command)."""
         await self.pane.command(command, *args)
+
+    def action_view(self, name: str) -> None:
+        """A view key's toggle of the side panels (a method of PanelView)."""
+        getattr(self.view, name)()
 
     def action_attach_files(self) -> None:
         """The file picker: each file chosen joins the next message, as `/file PATH` does."""
@@ -214,14 +222,14 @@ class ChatScreen(PanelView):
         """A token of the reply selected in the Tokens tab: its candidates in the Next token
         tab, against the settings it was sampled with."""
         reply, index = self.pane.reply or self.pane.last_reply, message.index
-        if self.token_panel.show_prompt or reply is None:
+        if self.view.token_panel.show_prompt or reply is None:
             return
         if 0 <= index < len(reply.tokens):
-            tok = reply.tokens[index]
-            self.probs.step = index
-            self.probs.settings = reply.settings_at(index, self.session.settings)
-            self.probs.chosen = tok.id
-            self.probs.candidates = tok.candidates
+            tok, probs = reply.tokens[index], self.view.probs
+            probs.step = index
+            probs.settings = reply.settings_at(index, self.session.settings)
+            probs.chosen = tok.id
+            probs.candidates = tok.candidates
 
     # ---- dialogs --------------------------------------------------------------------------
 
@@ -303,11 +311,11 @@ class ChatScreen(PanelView):
         """In a worker thread: the typed text's tokens, shown in the Tokens tab."""
         engine = self.slot.engine
         if engine is None or not text:
-            self.app.call_from_thread(self.token_panel.show_typed, [])
+            self.app.call_from_thread(self.view.token_panel.show_typed, [])
             return
         try:
             pieces = engine.tokenize(text, special=True)
         except EngineError as exc:
             self.app.call_from_thread(self.pane.set_status, f"error: {exc}", True)
             return
-        self.app.call_from_thread(self.token_panel.show_typed, pieces)
+        self.app.call_from_thread(self.view.token_panel.show_typed, pieces)
