@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,6 +20,8 @@ NAMED = {
     "chatapp.engine.candidate_rows": ["Candidates.settle"],
     "chatapp.ui.pacing": ["FramePacer"],
     "chatapp.ui.conversation.panel_feed": ["PanelFeed.frame", "PanelFeed.end"],
+    "chatapp.ui.widgets.live_panel": ["LiveFeed.hand", "LivePanel"],
+    "chatapp.engine.local.loop.token_step": ["TokenStep.step"],
     "chatapp.ui.widgets.stats": ["reply_stats", "StatsPanel.watch_reply"],
     "chatapp.ui.widgets.tokens": ["TokenPanel.watch_reply"],
     "chatapp.ui.widgets.probs": ["ProbPanel.watch_reply"],
@@ -43,18 +44,9 @@ def test_every_name_on_the_path_is_in_the_code_where_the_docs_say():
                 obj = getattr(obj, part)  # AttributeError: the code no longer has it
 
 
-def test_the_path_has_six_files_and_one_store():
-    """From the worker's send to the panels: the six files the section lists, each on the path
-    (a class or function the section names lives there)."""
-    section = _section()
-    files = re.findall(r"`(\w+\.py)`", section.split("pass through six files", 1)[1])[:6]
-    assert files == [
-        "reply_loop.py", "local_engine.py", "streaming.py", "pane.py", "session.py",
-        "panel_feed.py",
-    ]  # fmt: skip
-    on_path = {module.rsplit(".", 1)[1] + ".py" for module in NAMED}
-    assert set(files) <= on_path
-    # one store: the session's draft, the UI's reply and the strip's rows are no copies
+def test_one_store_of_the_tokens():
+    """The session's draft, the UI's reply and the strip's rows are no copies of the tokens:
+    the LiveReply is their one store. (Which files a token crosses: test_token_path_traced.)"""
     tokens, reply = (
         importlib.import_module("chatapp.ui.widgets.tokens"),
         importlib.import_module("chatapp.ui.conversation.reply"),
