@@ -22,6 +22,7 @@ from chatapp.engine.local.pipe_messages import (
     Perplexity,
     PerplexityDone,
     PerplexityProgress,
+    Reply,
     Request,
     Score,
     Scored,
@@ -148,7 +149,7 @@ def answer(worker: ServingModel, conn: Connection, msg: Request, turns: TuneTurn
     """One request: a reply, a scoring or a perplexity (with the request's steering only)."""
     problem = worker.steering.begin(msg.request.steering if isinstance(msg, Generate) else None)
     if problem:
-        conn.send(Events([Failed(problem)]))
+        conn.send(refused(msg, problem))
         return
     match msg:
         case Score(tokens):
@@ -161,6 +162,16 @@ def answer(worker: ServingModel, conn: Connection, msg: Request, turns: TuneTurn
             )
         case Generate(request, sent_at):
             generate(worker, conn, request, sent_at, turns)
+
+
+def refused(msg: Request, problem: str) -> Reply:
+    """The answer to a request that could not begin, of the type its asker waits for."""
+    match msg:
+        case Score():
+            return Scored(problem)
+        case Perplexity():
+            return PerplexityDone(problem)
+    return Events([Failed(problem)])
 
 
 def generate(
