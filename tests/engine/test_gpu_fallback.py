@@ -121,3 +121,23 @@ def test_a_file_llama_cpp_refuses_fails_at_once_on_the_default_gpu_layers(tmp_pa
         engine.start()
     assert len(engine.tried) == 1 and engine.notes == []
     assert gpu_fallback.remembered_layers(path) is None
+
+
+def test_a_real_worker_that_fails_out_of_memory_steps_down_through_every_count(
+    tmp_path, fresh_dirs
+):
+    """The step-down over real workers: each load that fails with an out-of-memory sentence
+    (here llama.cpp naming an architecture called OutOfDeviceMemory) is tried again with fewer
+    GPU layers. The load failure used to close the engine, which ended the step-down after
+    the first worker."""
+    arch = "OutOfDeviceMemory"
+    path = str(write(tmp_path, build(kvs=[kv_str("general.architecture", arch)] + [
+        kv_u32(f"{arch}.block_count", 30)
+    ])))  # fmt: skip
+    steps = gpu_fallback.steps_for(LoadOptions(model_path=path))
+    assert len(steps) > 1 and gpu_fallback.out_of_memory(f"architecture: '{arch}'", "")
+    engine = CountedStarts(LoadOptions(model_path=path))
+    with pytest.raises(EngineError, match=f"unknown model architecture: '{arch}'"):
+        engine.start()
+    assert engine.tried == steps and engine.notes == []
+    assert gpu_fallback.remembered_layers(path) is None

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from chatapp.engine.local.pipe_messages import Tokenize
 from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import EngineError, LoadOptions
 
@@ -37,7 +38,7 @@ def engine(model_path):
 
 
 def test_a_request_that_raises_in_the_worker_is_an_error_and_the_pipe_lives_on(engine):
-    failed = answer_within(lambda: engine._side_call(("tokenize", None, True)))
+    failed = answer_within(lambda: engine._side_call(Tokenize(None, True)))  # a text it cannot take
     assert isinstance(failed, EngineError)
     assert str(failed) == (
         "tokenize failed in the model worker: AttributeError: "

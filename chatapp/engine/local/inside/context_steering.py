@@ -191,20 +191,3 @@ def meter(w: LoadedModel, inspector: Inspector, text: str, units: np.ndarray):
     projections = np.einsum("ltd,ld->tl", rows[:n], np.nan_to_num(units[:n]))
     projections[:, np.isnan(units[:n]).any(axis=1)] = np.nan
     return w.pieces(tokens[lead:]), projections, lead == 0
-
-
-def side_call(w: LoadedModel, made: list, msg: tuple):
-    """A steering request on the side pipe ("steer_residuals" or "steer_meter"): its answer,
-    or a sentence saying why not."""
-    from chatapp.engine.local.inside.inspector import Inspector, InspectorError
-
-    try:
-        if not made:
-            made.append(Inspector(w))
-        if msg[0] == "steer_residuals":
-            return residuals(w, made[0], list(msg[1]), msg[2])
-        return meter(w, made[0], msg[1], msg[2])
-    except (InspectorError, SteeringError) as exc:
-        return str(exc)
-    except Exception as exc:  # an answer is owed: the parent waits on this pipe
-        return f"reading the residual stream failed: {type(exc).__name__}: {exc}"

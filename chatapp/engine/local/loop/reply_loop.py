@@ -12,6 +12,15 @@ from chatapp.cpus import usable_cores
 from chatapp.engine.candidate_rows import settle
 from chatapp.engine.local.loop.grammar_sampler import GrammarSampler, GrammarUnusable, start_grammar
 from chatapp.engine.local.loop.row_sampling import ReplySampler
+from chatapp.engine.local.pipe_messages import (
+    Cancel,
+    Close,
+    Command,
+    Events,
+    NewSettings,
+    NewSteering,
+    StartAutotune,
+)
 from chatapp.engine.protocol import (
     Failed,
     GenerateRequest,
@@ -75,21 +84,23 @@ class ReplyLoop:
         now = time.perf_counter()
         if flush or now - self.last_flush >= self.flush_s:
             settle(e.candidates for e in self.pending if isinstance(e, Token))
-            self.conn.send(("events", self.pending))
+            self.conn.send(Events(self.pending))
             self.pending = []
             self.last_flush = now
 
     def check_pipe(self) -> None:
+        """Take what the parent sent since the last look (pipe_messages.py's commands)."""
         while self.has_message():
-            msg = self.conn.recv()
-            if msg[0] == "cancel" or msg[0] == "close":
-                self.cancelled = True
-            elif msg[0] == "settings":
-                self.new_settings = msg[1]
-            elif msg[0] == "steering":
-                self.new_steering = msg[1]
-            elif msg[0] == "autotune":  # begins once the reply is over (worker.serve)
-                self.tune_asked = msg[1]
+            msg: Command = self.conn.recv()
+            match msg:
+                case Cancel() | Close():
+                    self.cancelled = True
+                case NewSettings(settings):
+                    self.new_settings = settings
+                case NewSteering(steering):
+                    self.new_steering = steering
+                case StartAutotune(plan):  # begins once the reply is over (worker.serve)
+                    self.tune_asked = plan
 
     def run(self) -> None:
         try:

@@ -4,21 +4,25 @@ generating (the inspector has its own llama.cpp context, so a capture never wait
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
+
+from chatapp.engine.local.pipe_messages import (
+    AutotuneStatus,
+    Inspect,
+    RenderPrompt,
+    SideFailure,
+    SideRequest,
+    SteerMeter,
+    SteerResiduals,
+    Tokenize,
+    side_label,
+)
 
 if TYPE_CHECKING:
     from chatapp.engine.inspection import InspectRequest
     from chatapp.engine.local.inside.inspector import Inspector
     from chatapp.engine.local.load.loaded_model import LoadedModel
-
-
-@dataclass(frozen=True)
-class SideFailure:
-    """The answer to a request that failed in the worker: the parent raises it as an error."""
-
-    message: str
 
 
 def start(worker: LoadedModel, side: Connection) -> None:
@@ -42,26 +46,24 @@ def serve_side(worker: LoadedModel, side: Connection) -> None:
         side.close()
 
 
-def answer(worker: LoadedModel, inspector: list, msg: tuple) -> Any:
+def answer(worker: LoadedModel, inspector: list, msg: SideRequest) -> Any:
     """The reply to one request; a SideFailure (one sentence) when it raised."""
     try:
-        if msg[0] == "tokenize":
-            _, text, special = msg
-            ids = worker.tokenize(text, add_bos=False, special=special)
-            return worker.pieces(ids)
-        if msg[0] == "template":
-            return worker.render_prompt(msg[1])
-        if msg[0] == "autotune_status":
-            return getattr(worker, "autotune_status", None)
-        if msg[0] == "inspect":
-            return inspect(worker, inspector, msg[1])
-        if msg[0] in ("steer_residuals", "steer_meter"):
-            from chatapp.engine.local.inside.context_steering import side_call
-
-            return side_call(worker, inspector, msg)
-        return SideFailure(f"the model worker got an unknown request ({msg[0]!r})")
+        match msg:
+            case Tokenize(text, special):
+                return worker.pieces(worker.tokenize(text, add_bos=False, special=special))
+            case RenderPrompt(request):
+                return worker.render_prompt(request)
+            case AutotuneStatus():
+                return getattr(worker, "autotune_status", None)
+            case Inspect(request):
+                return inspect(worker, inspector, request)
+            case SteerResiduals() | SteerMeter():
+                return steer(worker, inspector, msg)
+        return SideFailure(f"the model worker got an unknown request ({side_label(msg)!r})")
     except Exception as exc:
-        return SideFailure(f"{msg[0]} failed in the model worker: {type(exc).__name__}: {exc}")
+        what = side_label(msg)
+        return SideFailure(f"{what} failed in the model worker: {type(exc).__name__}: {exc}")
 
 
 def _send(side: Connection, reply: Any) -> None:
@@ -94,3 +96,22 @@ def inspect(worker: LoadedModel, made: list, request: InspectRequest):
         return str(exc)
     except Exception as exc:  # an answer is owed: the parent waits on this pipe
         return f"the capture failed: {type(exc).__name__}: {exc}"
+
+
+def steer(worker: LoadedModel, made: list, msg: SteerResiduals | SteerMeter):
+    """A steering request (engine/local/inside/context_steering.py): its answer, or a sentence
+    saying why not."""
+    from chatapp.engine.local.inside import context_steering
+    from chatapp.engine.local.inside.inspector import Inspector, InspectorError
+    from chatapp.engine.steering import SteeringError
+
+    try:
+        if not made:
+            made.append(Inspector(worker))
+        if isinstance(msg, SteerResiduals):
+            return context_steering.residuals(worker, made[0], list(msg.texts), msg.at)
+        return context_steering.meter(worker, made[0], msg.text, msg.units)
+    except (InspectorError, SteeringError) as exc:
+        return str(exc)
+    except Exception as exc:  # an answer is owed: the parent waits on this pipe
+        return f"reading the residual stream failed: {type(exc).__name__}: {exc}"

@@ -12,9 +12,26 @@ from chatapp.engine.local.loop import perplexity_scoring
 from chatapp.engine.local.loop.parallel import ParallelGeneration
 from chatapp.engine.local.loop.serving_model import ServingModel
 from chatapp.engine.local.loop.token_loop import Generation
+from chatapp.engine.local.pipe_messages import (
+    Close,
+    Command,
+    Events,
+    Generate,
+    Loaded,
+    LoadFailed,
+    Perplexity,
+    PerplexityDone,
+    PerplexityProgress,
+    Reply,
+    Request,
+    Score,
+    Scored,
+    StartAutotune,
+    WarmingUp,
+)
 from chatapp.engine.local.process import side_pipe
 from chatapp.engine.local.process.tune_turns import TuneTurns
-from chatapp.engine.protocol import Failed, LoadOptions
+from chatapp.engine.protocol import Failed, GenerateRequest, LoadOptions
 
 if TYPE_CHECKING:
     from ctypes import Array, c_byte
@@ -41,16 +58,15 @@ def main(
         worker = ServingModel(options)
     except Exception as exc:  # every load failure becomes one message
         reason = _load_error(options.model_path, exc, log.text())
-        conn.send(("load_failed", reason))
+        conn.send(LoadFailed(reason))
         return
-    conn.send(("warming_up",))  # a crash from here on is the backend's first compute
+    conn.send(WarmingUp())  # a crash from here on is the backend's first compute
     code = worker.warm_up()
     if code != 0:
         conn.send(
-            (
-                "load_failed",
+            LoadFailed(
                 f"could not load {options.model_path}: llama.cpp's "
-                f"first decode failed (code {code})",
+                f"first decode failed (code {code})"
             )
         )
         return
@@ -60,9 +76,9 @@ def main(
         except Exception as exc:
             problem = _load_error(options.draft_model, exc, log.text())
         if problem:
-            conn.send(("load_failed", problem))
+            conn.send(LoadFailed(problem))
             return
-    conn.send(("loaded", worker.described(log.text())))
+    conn.send(Loaded(worker.described(log.text())))
     side_pipe.start(worker, side)
     serve(worker, conn, TuneTurns(worker, tuning, stop))
 
@@ -108,7 +124,7 @@ def _load_error(path: str, exc: Exception, log_text: str = "") -> str:
 
 
 def serve(worker: ServingModel, conn: Connection, turns: TuneTurns | None = None) -> None:
-    """The main pipe: replies and scoring, one at a time, until "close" or the pipe ends.
+    """The main pipe: replies and scoring, one at a time, until Close or the pipe ends.
     While nothing is asked, a tune on first use (autotune) goes on a step at a time."""
     turns = turns or TuneTurns(worker, None)
     while True:
@@ -116,37 +132,60 @@ def serve(worker: ServingModel, conn: Connection, turns: TuneTurns | None = None
             if turns.wants_a_step(conn):
                 turns.step()
                 continue
-            msg = conn.recv()
+            msg: Command = conn.recv()
         except (EOFError, OSError):
             return
-        if msg[0] == "close":
-            return
-        if msg[0] == "autotune":
-            turns.begin(msg[1])
-        elif msg[0] in ("generate", "score", "perplexity"):
-            answer(worker, conn, msg, turns)
-        # "cancel" and "settings" that arrive between replies are stale: ignore them
+        match msg:
+            case Close():
+                return
+            case StartAutotune(plan):
+                turns.begin(plan)
+            case Generate() | Score() | Perplexity():
+                answer(worker, conn, msg, turns)
+            # Cancel, NewSettings and NewSteering that arrive between replies are stale
 
 
-def answer(worker: ServingModel, conn: Connection, msg: tuple, turns: TuneTurns) -> None:
+def answer(worker: ServingModel, conn: Connection, msg: Request, turns: TuneTurns) -> None:
     """One request: a reply, a scoring or a perplexity (with the request's steering only)."""
-    kind = msg[0]
-    problem = worker.steering.begin(msg[1].steering if kind == "generate" else None)
+    problem = worker.steering.begin(msg.request.steering if isinstance(msg, Generate) else None)
     if problem:
-        conn.send(("events", [Failed(problem)]))
+        conn.send(refused(msg, problem))
         return
-    if kind == "score":
-        turns.serve(kind, lambda: conn.send(("scored", worker.score(msg[1]))))
-        return
-    if kind == "perplexity":
-        report = lambda done, total, s: conn.send(("ppl_progress", done, total, s))  # noqa: E731
-        turns.serve(
-            kind, lambda: conn.send(("ppl_done", perplexity_scoring.run(worker, msg[1], report)))
-        )
-        return
-    job = (ParallelGeneration if msg[1].n_alternatives > 1 else Generation)(worker, conn, msg[1])
-    if turns.on and len(msg) > 2:  # sent at msg[2], it waited behind the tune's step
-        job.tune_wait_since = msg[2]
-    turns.serve(kind, job.run)
+    match msg:
+        case Score(tokens):
+            turns.serve("score", lambda: conn.send(Scored(worker.score(tokens))))
+        case Perplexity(job):
+            report = lambda done, total, s: conn.send(PerplexityProgress(done, total, s))  # noqa: E731
+            turns.serve(
+                "perplexity",
+                lambda: conn.send(PerplexityDone(perplexity_scoring.run(worker, job, report))),
+            )
+        case Generate(request, sent_at):
+            generate(worker, conn, request, sent_at, turns)
+
+
+def refused(msg: Request, problem: str) -> Reply:
+    """The answer to a request that could not begin, of the type its asker waits for."""
+    match msg:
+        case Score():
+            return Scored(problem)
+        case Perplexity():
+            return PerplexityDone(problem)
+    return Events([Failed(problem)])
+
+
+def generate(
+    worker: ServingModel,
+    conn: Connection,
+    request: GenerateRequest,
+    sent_at: float,
+    turns: TuneTurns,
+) -> None:
+    """One reply (several decoded together for alternatives); a tune asked for meanwhile
+    begins after it."""
+    job = (ParallelGeneration if request.n_alternatives > 1 else Generation)(worker, conn, request)
+    if turns.on:  # sent while the tune was on, it waited behind the tune's step
+        job.tune_wait_since = sent_at
+    turns.serve("generate", job.run)
     if job.tune_asked is not None:  # the tune was asked for while the reply ran
         turns.begin(job.tune_asked)
