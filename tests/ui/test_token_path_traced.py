@@ -1,6 +1,7 @@
 """The files a token crosses, found by running one: the real model streams a reply into the
-real app while a profiler notes every chatapp function that is handed a token (or the reply
-that stores them); docs/architecture.md must list exactly those files."""
+real app while a profiler notes every chatapp function that is handed, holds or returns a
+token (or the batch that carries them, or the reply that stores them); docs/architecture.md
+must list exactly those files."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def _carries(value: object) -> bool:
         return True
     if isinstance(value, list | tuple) and value and isinstance(value[0], Token):
         return True
-    return type(value).__name__ == "TokensArrived"
+    return type(value).__name__ in ("TokensArrived", "Events")  # (the pipe's batch of events)
 
 
 def _worker_files() -> set[str]:
@@ -56,11 +57,12 @@ def _documented() -> list[str]:
 async def test_the_documented_path_is_the_files_a_token_crosses(model_path, fresh_dirs):
     crossed: set[str] = set()
 
-    def profile(frame, event, _arg):
+    def profile(frame, event, arg):
         if event not in ("call", "return"):
             return
         name = frame.f_code.co_filename
-        if name.startswith(str(PACKAGE)) and any(map(_carries, frame.f_locals.values())):
+        held = [*frame.f_locals.values(), arg if event == "return" else None]
+        if name.startswith(str(PACKAGE)) and any(map(_carries, held)):
             crossed.add(str(Path(name).relative_to(PACKAGE)))
 
     options = LoadOptions(model_path, n_ctx=1024, n_gpu_layers=0)
