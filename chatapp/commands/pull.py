@@ -104,7 +104,7 @@ def format_rows(repo: str, rows, n_ctx: int, cal) -> str:
                 f"{r.bits_per_weight:.2f}" if r.bits_per_weight else "-",
                 f"{r.memory_bytes / 1e9:.2f} GB",
                 f"yes ({r.where})" if r.fits else "no",
-                f"~{r.expected_decode_tps:.0f}" if r.expected_decode_tps else "-",
+                r.speed_text(),
                 "yes" if r.downloaded else "",
                 r.file + (f" (+{r.parts - 1} parts)" if r.parts > 1 else ""),
             )
@@ -119,6 +119,11 @@ def format_rows(repo: str, rows, n_ctx: int, cal) -> str:
             f"t/s here: an estimate: the slower of reading the file ({cal.bytes_per_s / 1e9:.0f} "
             f"GB/s measured here) and the work per weight of {cal.model} "
             f"({cal.decode_tps:.0f} t/s here)"
+        )
+    if any(r.decode_ceiling_tps for r in rows):
+        text.append(
+            "≤N: the decode ceiling here, this machine's measured memory read speed / the file's "
+            "size (every weight is read once a token)"
         )
     return "\n".join(text)
 

@@ -42,7 +42,8 @@ class ReplyLimits:
         }[self.bound]
         return (
             f"decode {self.decode_gbps:.1f} GB/s of {self.mem_peak_gbps:.0f} "
-            f"({self.mem_share:.0%}): {self.bound}-bound: {why}"
+            f"({self.mem_share:.0%}; the KV cache {self.kv_share:.0%} of the bytes): "
+            f"{self.bound}-bound: {why}"
         )
 
 

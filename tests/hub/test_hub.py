@@ -283,6 +283,22 @@ def test_a_killed_pull_resumes(hub):
 # ---- the quant picker ----------------------------------------------------------------------
 
 
+def test_the_picker_shows_each_files_decode_ceiling_here(hub, fresh_dirs):
+    from chatapp import machine
+
+    hub.add(REPO, "m-Q8_0.gguf", blob(4 * MB, 4))
+    hub.add(REPO, "m-Q2_K.gguf", blob(2 * MB, 2))
+    listing = list_repo(REPO)
+    before = picker.rows(listing, 512, None, (None, 1 << 34))
+    assert all(r.decode_ceiling_tps is None and "≤" not in r.speed_text() for r in before)
+    machine.remember_ceilings({"mem_read_gbps": 20.0, "compute_gflops": 100.0})
+    rows = picker.rows(listing, 512, None, (None, 1 << 34))
+    for r in rows:
+        assert r.decode_ceiling_tps == pytest.approx(20e9 / r.size_bytes)
+        assert r.speed_text() == f"- ≤{r.decode_ceiling_tps:.0f}"
+    assert rows[0].decode_ceiling_tps > rows[1].decode_ceiling_tps  # the smaller file: faster
+
+
 def test_picker_recommends_the_largest_that_fits_with_headroom_up_to_q8_0(hub):
     for quant, size in (("Q2_K", 2), ("Q4_K_M", 3), ("Q8_0", 5), ("F16", 9)):
         hub.add(REPO, f"m-{quant}.gguf", blob(size * MB, size))

@@ -34,7 +34,7 @@ async def test_a_reply_on_the_real_model_is_drawn_under_the_ceilings(
         await pilot.pause(0.2)
         line = str(app.query_one("#limits-line", Static).render())
         saved = machine.saved_ceilings()
-        assert f"GB/s of {saved['mem_read_gbps']:.0f} (" in line
+        assert f"GB/s of {saved['mem_read_gbps']:.0f} (" in line and "the KV cache" in line
         assert "-bound" in line and "the KV cache is" in line
         drawn = app.query_one(RooflineChart).render().plain
         assert "FLOPs per byte read" in drawn and "decode" in drawn

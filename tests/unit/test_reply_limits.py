@@ -38,6 +38,7 @@ def test_the_bound_is_the_ceiling_at_least_half_used(
     assert got.bound == bound
     assert got.line().startswith(f"decode {got.decode_gbps:.1f} GB/s of {mem:.0f}")
     assert f"{bound}-bound" in got.line()
+    assert f"the KV cache {got.kv_share:.0%} of the bytes" in got.line()  # grows with the chat
 
 
 def test_unmeasured_ceilings_bound_nothing(cost):

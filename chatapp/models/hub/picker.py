@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+from chatapp import machine as host
 from chatapp.models import fit
 from chatapp.models.hub.repo_files import Listing
 from chatapp.models.hub.speed import Calibration
@@ -30,6 +31,12 @@ class QuantRow:
     downloaded: bool
     recommended: bool = False
     parts: int = 1
+    decode_ceiling_tps: float | None = None  # this machine's read bandwidth / the file's size
+
+    def speed_text(self) -> str:
+        """The expected decode speed, and the ceiling no decode here passes ("-": unknown)."""
+        tps = f"~{self.expected_decode_tps:.0f}" if self.expected_decode_tps else "-"
+        return tps + (f" ≤{self.decode_ceiling_tps:.0f}" if self.decode_ceiling_tps else "")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -83,6 +90,7 @@ def rows(
 ) -> list[QuantRow]:
     """The repo's model files, smallest first, with one recommended (none if nothing fits)."""
     gpu_free, ram_free = machine or fit.free_memory()
+    gbps = read_gbps()
     shape = shape_for(listing)
     params = params_of(listing)
     cached = {name for name, _ in hf_cache.cached_ggufs(listing.repo)}
@@ -107,10 +115,19 @@ def rows(
                 tps,
                 all(p.filename in cached for p in f.parts),
                 parts=len(f.parts),
+                decode_ceiling_tps=gbps * 1e9 / f.size if gbps and f.size else None,
             )
         )
     best = recommend(out, gpu_free, ram_free)
     return [r if r is not best else _with(r, recommended=True) for r in out]
+
+
+def read_gbps() -> float | None:
+    """This machine's measured memory read bandwidth (`chatapp machine`, the tune on first
+    use), None before it was measured: a file's decode ceiling is that over its size (every
+    weight read once a token; the context's cache adds a little more)."""
+    value = (host.saved_ceilings() or {}).get("mem_read_gbps")
+    return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
 def _with(row: QuantRow, **changes) -> QuantRow:

@@ -71,7 +71,7 @@ def file_cells(r: picker.QuantRow, marked: bool, bad: str) -> list[str | Text]:
         f"{r.bits_per_weight:.2f}" if r.bits_per_weight else "-",
         bytes_text(r.memory_bytes),
         r.where if r.fits else Text("no", style=bad),
-        f"~{r.expected_decode_tps:.0f}" if r.expected_decode_tps else "-",
+        r.speed_text(),
         "yes" if r.downloaded else "",
         cell(name),
     ]
