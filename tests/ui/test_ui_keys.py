@@ -59,7 +59,7 @@ def test_every_view_key_names_a_method_of_the_panel_view():
     from chatapp.ui.screens.panel_view import PanelView
 
     named = [parse(b.action) for b in ChatScreen.BINDINGS if b.action.startswith("view(")]
-    assert len(named) == 6
+    assert len(named) == 7
     for _, action, (name, *args) in named:
         assert action == "view" and not args
         assert callable(getattr(PanelView, name)) and not name.startswith("_")

@@ -30,8 +30,9 @@ async def test_a_reply_on_the_real_model_is_drawn_under_the_ceilings(
         await submit(pilot, app, "Name three colours.")
         await wait_until(pilot, lambda: pane(app).last_reply is not None, 120)
         await wait_until(pilot, lambda: pane(app).reply is None, 120)
-        app.query_one(TabbedContent).active = "tab-limits"
+        await pilot.press("alt+l")  # (listed in F1)
         await pilot.pause(0.2)
+        assert app.query_one(TabbedContent).active == "tab-limits"
         line = str(app.query_one("#limits-line", Static).render())
         saved = machine.saved_ceilings()
         assert f"GB/s of {saved['mem_read_gbps']:.0f} (" in line and "the KV cache" in line

@@ -96,6 +96,13 @@ class ChatScreen(Screen):
             show=False,
         ),  # fmt: skip
         _key("alt+v", "view('steer')", "Steer: control vectors", "chat.steer", show=False),
+        _key(
+            "alt+l",
+            "view('limits')",
+            "Limits: speed against this machine",
+            "chat.limits",
+            show=False,
+        ),
         _key("alt+g", "pick_grammar", "JSON schema / grammar", "chat.grammar", show=False),
         _key(
             "alt+s",

@@ -40,6 +40,11 @@ class PanelView:
         self.screen.query_one(TabbedContent).active = "tab-steer"
         self.screen.call_after_refresh(self.screen.query_one("#steer", SteerPanel).focus_first)
 
+    def limits(self) -> None:
+        """The Limits tab: the last reply against this machine's ceilings, and the roofline."""
+        self.show_panels()
+        self.screen.query_one(TabbedContent).active = "tab-limits"
+
     # ---- the layout ---------------------------------------------------------------------------
 
     @property
