@@ -86,7 +86,9 @@ def reply_limits_dict(info, finished: Finished, options: LoadOptions) -> dict[st
     file or the ceilings are not known here (`chatapp machine` measures them)."""
     if info is None:
         return None
-    found = limits_of_reply(info.path, finished.stats, machine.saved_ceilings(), options.n_batch)
+    found = limits_of_reply(
+        info.path, finished.stats, machine.saved_ceilings(), options.n_batch, info.n_gpu_layers
+    )
     return found.to_dict() if found is not None else None
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from chatapp.errors import ChatappError
 from chatapp.gguf.header import read_header
@@ -27,6 +27,7 @@ class ReplyLimits:
     compute_share: float  # decode_gflops / compute_peak_gflops
     prefill_compute_share: float  # prefill_gflops / compute_peak_gflops
     bound: str  # what bounds decode: "memory", "compute" or "overhead" (neither half used)
+    gpu_bytes_per_token: int = 0  # of bytes_per_token, those in GPU memory (offloaded layers)
     decode_intensity: float = 0.0  # FLOPs per byte read: where decode sits on a roofline
     prefill_intensity: float = 0.0  # ... prefill's: a weight read serves a batch of tokens
 
@@ -94,7 +95,7 @@ def reply_limits(
 
 
 def limits_of_reply(
-    model_path: str, stats, ceilings: dict | None, n_batch: int = 512
+    model_path: str, stats, ceilings: dict | None, n_batch: int = 512, n_gpu_layers: int = 0
 ) -> ReplyLimits | None:
     """A finished reply's limits from its model file and the saved ceilings (None when the
     file's header cannot be read, or nothing was measured: `chatapp machine` measures)."""
@@ -105,7 +106,7 @@ def limits_of_reply(
         mem, peak = float(ceilings["mem_read_gbps"]), float(ceilings["compute_gflops"])
     except (ChatappError, OSError, KeyError, TypeError, ValueError):
         return None
-    return reply_limits(
+    found = reply_limits(
         cost,
         stats.prompt_tokens,
         stats.completion_tokens,
@@ -115,3 +116,7 @@ def limits_of_reply(
         peak,
         n_batch,
     )
+    if n_gpu_layers <= 0:
+        return found
+    depth = stats.prompt_tokens + stats.completion_tokens // 2
+    return replace(found, gpu_bytes_per_token=cost.on_devices(depth, n_gpu_layers)[0])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from chatapp.gguf.header import Header, card_from_header
@@ -43,6 +44,23 @@ class ModelCost:
     weight_flops: int
     kv_bytes_per_cell: float  # every layer's K and V of one context cell
     attention_flops_per_cell: int
+    block_bytes: tuple[int, ...] = ()  # the weights of blk.0 .. blk.N-1
+    head_bytes: int = 0  # the output head and its norm (the tied embeddings, read whole)
+
+    def on_devices(self, depth: int, n_gpu_layers: int) -> tuple[int, int]:
+        """Bytes a token at `depth` reads from GPU memory and from RAM, with llama.cpp's
+        offload of `n_gpu_layers` (resolved: the last blocks with their KV cache first, the
+        head only when every layer is offloaded, as chatapp fit counts them)."""
+        token = self.at(depth)
+        n = len(self.block_bytes)
+        if not n or n_gpu_layers <= 0:
+            return 0, token.bytes
+        on_gpu = min(n_gpu_layers, n)
+        kv = token.kv_bytes * on_gpu // n
+        gpu = sum(self.block_bytes[n - on_gpu :]) + kv
+        if n_gpu_layers > n:
+            gpu += self.head_bytes
+        return gpu, token.bytes - gpu
 
     def at(self, depth: int) -> TokenCost:
         """A token decoded after `depth` tokens of context (its own cell included)."""
@@ -64,7 +82,8 @@ def model_cost(header: Header, cache_type: str = "f16") -> ModelCost:
     are read and counted as bytes only."""
     card = card_from_header(header)
     tied = not any(t.name == OUTPUT for t in header.tensors)
-    weight_bytes = weight_flops = 0
+    weight_bytes = weight_flops = head = 0
+    blocks = [0] * card.n_layers
     for tensor in header.tensors:
         rows = tensor.shape[1] if len(tensor.shape) > 1 else 1
         if tensor.name == EMBEDDINGS:
@@ -74,6 +93,11 @@ def model_cost(header: Header, cache_type: str = "f16") -> ModelCost:
         weight_bytes += tensor.nbytes
         if len(tensor.shape) >= 2:
             weight_flops += 2 * tensor.n_elements
+        block = re.match(r"blk\.(\d+)\.", tensor.name)
+        if block and int(block.group(1)) < card.n_layers:
+            blocks[int(block.group(1))] += tensor.nbytes
+        elif tensor.name.startswith("output") or (tied and tensor.name == EMBEDDINGS):
+            head += tensor.nbytes
     per_cell = card.n_kv_heads * (card.head_dim + card.head_dim_v) * card.n_layers
     attention = 2 * card.n_layers * card.n_heads * (card.head_dim + card.head_dim_v)
     return ModelCost(
@@ -81,4 +105,6 @@ def model_cost(header: Header, cache_type: str = "f16") -> ModelCost:
         weight_flops=weight_flops,
         kv_bytes_per_cell=per_cell * CACHE_TYPE_BYTES[cache_type],
         attention_flops_per_cell=attention,
+        block_bytes=tuple(blocks),
+        head_bytes=head,
     )

@@ -52,3 +52,16 @@ def test_prefill_sits_right_of_decode_on_the_roofline(cost):
     assert got.prefill_intensity > 100 * got.decode_intensity  # 300 tokens a weight read
     one = reply_limits(cost, 1, 100, 100.0, 300.0, 30.0, 60.0)
     assert one.prefill_intensity == pytest.approx(one.decode_intensity, rel=0.05)
+
+
+def test_a_reply_with_offloaded_layers_says_how_many_bytes_the_gpu_read(model_path, cost):
+    from chatapp.metrics import GenerationStats
+    from chatapp.models.reply_limits import limits_of_reply
+
+    stats = GenerationStats(40, 40, 200, 0.1, 0.2, 2.0, 240, 1024)
+    peaks = {"mem_read_gbps": 30.0, "compute_gflops": 60.0}
+    cpu = limits_of_reply(model_path, stats, peaks)
+    gpu = limits_of_reply(model_path, stats, peaks, n_gpu_layers=10)
+    assert cpu is not None and gpu is not None and cpu.gpu_bytes_per_token == 0
+    assert gpu.gpu_bytes_per_token == cost.on_devices(140, 10)[0] > 0
+    assert limits_of_reply(model_path, stats, None) is None  # nothing measured: no limits

@@ -54,3 +54,15 @@ def test_a_deeper_token_reads_more_cache_and_the_same_weights(model_path):
     assert long.kv_bytes > 100 * short.kv_bytes and long.attention_flops > short.attention_flops
     q8 = model_cost(read_header(model_path), cache_type="q8_0").at(4000)
     assert q8.kv_bytes == pytest.approx(long.kv_bytes * 34 / 64, rel=1e-3)
+
+
+def test_offloaded_layers_split_the_bytes_between_gpu_and_ram(model_path):
+    cost = model_cost(read_header(model_path))
+    total = cost.at(500).bytes
+    assert cost.on_devices(500, 0) == (0, total)
+    gpu, ram = cost.on_devices(500, 10)  # the last 10 of 30 blocks, their third of the cache
+    assert gpu + ram == total
+    assert gpu == sum(cost.block_bytes[20:]) + cost.at(500).kv_bytes * 10 // 30
+    everything, left = cost.on_devices(500, 31)  # 30 blocks and the head (as -ngl counts)
+    assert everything == sum(cost.block_bytes) + cost.at(500).kv_bytes + cost.head_bytes
+    assert 0 < left < 10_000  # the embedding row and the norms stay in RAM
