@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -57,17 +58,26 @@ def _documented() -> list[str]:
 async def test_the_documented_path_is_the_files_a_token_crosses(model_path, fresh_dirs):
     crossed: set[str] = set()
 
+    package = str(PACKAGE)
+
     def profile(frame, event, arg):
-        if event not in ("call", "return"):
+        # chatapp's own frames only: other code's locals are never read (a proxy's isinstance
+        # or truth test could run anything)
+        if event not in ("call", "return") or not frame.f_code.co_filename.startswith(package):
             return
-        name = frame.f_code.co_filename
         held = [*frame.f_locals.values(), arg if event == "return" else None]
-        if name.startswith(str(PACKAGE)) and any(map(_carries, held)):
-            crossed.add(str(Path(name).relative_to(PACKAGE)))
+        if any(map(_carries, held)):
+            crossed.add(str(Path(frame.f_code.co_filename).relative_to(PACKAGE)))
 
     options = LoadOptions(model_path, n_ctx=1024, n_gpu_layers=0)
+
+    def too_long(_signum, _frame):
+        raise TimeoutError("the traced reply took over 5 minutes")
+
+    signal.signal(signal.SIGALRM, too_long)  # (a profiled process must never hang the suite)
+    signal.alarm(300)
+    threading.setprofile(profile)  # (threads started from now: the one a reply is read in)
     sys.setprofile(profile)
-    threading.setprofile(profile)  # (the thread that reads the engine's events)
     try:
         app = ChatApp(lambda: LocalEngine(options), config=Config(autotune=False))
         async with app.run_test(size=(120, 40)) as pilot:
@@ -80,6 +90,8 @@ async def test_the_documented_path_is_the_files_a_token_crosses(model_path, fres
     finally:
         sys.setprofile(None)
         threading.setprofile(None)
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
     worker = {f"engine/local/loop/{name}" for name in _worker_files()}
     assert worker == {"engine/local/loop/token_step.py", "engine/local/loop/reply_loop.py"}
     assert "engine/local/process/local_engine.py" in crossed  # (the trace saw the pipe's end)
