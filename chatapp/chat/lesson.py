@@ -60,7 +60,7 @@ def _tokens(f: Facts) -> str:
     if prompt is None:
         return "Type any sentence in the Tokens tab's box to see its tokens and ids. " + SEND_FIRST
     return (
-        f"Your last message became a prompt of {len(prompt.tokens)} tokens after the chat "
+        f"Your last message became a prompt of {prompt.n_new + prompt.n_reused} tokens after the chat "
         f"template ({prompt.n_new} read now, {prompt.n_reused} reused from the cache). "
         "F4 shows the prompt the model really reads; F5 the ids."
     )
