@@ -59,8 +59,9 @@ def _tokens(f: Facts) -> str:
     prompt = f.reply.prompt if f.reply else None
     if prompt is None:
         return "Type any sentence in the Tokens tab's box to see its tokens and ids. " + SEND_FIRST
+    n = prompt.n_new + prompt.n_reused
     return (
-        f"Your last message became a prompt of {prompt.n_new + prompt.n_reused} tokens after the chat "
+        f"Your last message became a prompt of {n} tokens after the chat "
         f"template ({prompt.n_new} read now, {prompt.n_reused} reused from the cache). "
         "F4 shows the prompt the model really reads; F5 the ids."
     )

@@ -6,8 +6,11 @@ from textual.screen import Screen
 from textual.widgets import TabbedContent
 
 from chatapp.chat import lesson
+from chatapp.ui.prompt_input import PromptInput
 from chatapp.ui.screens.panel_view import PanelView
 from chatapp.ui.widgets.lesson_strip import LessonStrip
+
+FREE_KEYS = frozenset({"n", "p"})  # the lesson's letters, typed into an empty message box
 
 
 class LessonView:
@@ -32,6 +35,7 @@ class LessonView:
         strip = self.strip
         strip.read_machine()
         strip.add_class("-on")
+        self.screen.query_one("#prompt", PromptInput).free_keys = FREE_KEYS
         self._go(lesson.remembered() if index is None else index)
 
     def next(self) -> None:
@@ -54,6 +58,7 @@ class LessonView:
         if not self.on:
             return False
         self.strip.remove_class("-on")
+        self.screen.query_one("#prompt", PromptInput).free_keys = frozenset()
         self.view.back_to_the_chat()
         return True
 
