@@ -119,8 +119,12 @@ def _gpu(f: Facts) -> str:
     lim = f.reply.limits if f.reply else None
     if lim is None:
         peak = (f.ceilings or {}).get("mem_read_gbps")
-        here = f"This machine reads memory at {peak:.0f} GB/s (measured). " if peak else ""
-        return here + SEND_FIRST
+        if not peak:
+            return (
+                "This machine's ceilings are not measured yet: run `chatapp machine` "
+                "(under 3 s), then send a message."
+            )
+        return f"This machine reads memory at {peak:.0f} GB/s (measured). " + SEND_FIRST
     ceilings = ", ".join(
         f"{d.name.split(' (')[0]} {d.bandwidth_gbps * GB / lim.bytes_per_token:,.0f} t/s"
         for d in DEVICES[2:]
@@ -138,7 +142,7 @@ def _fit(f: Facts) -> str:
         return "Wait for the model to load: this step compares it with this machine's memory."
     name, rows = what_if(8.0, f.memory_bytes)
     fits = [r.quant for r in rows if r.fits]
-    bigger = f"an {name} model fits at {', '.join(fits)}" if fits else f"no {name} model fits"
+    bigger = f"a model like {name} fits at {', '.join(fits)}" if fits else f"{name} fits at none"
     return (
         f"This model takes {gib(f.info.size_bytes)} of the {gib(f.memory_bytes)} free here; "
         f"{bigger}. Fewer bits per weight: smaller and faster, a little less exact "

@@ -55,7 +55,7 @@ def test_each_text_is_written_from_the_facts_given():
 
 
 def test_without_a_reply_a_step_says_what_to_do():
-    facts = lesson.Facts(INFO)
+    facts = lesson.Facts(INFO, ceilings={"mem_read_gbps": 11.0})
     for step in ("stream", "probs", "gpu"):
         text = lesson.STEPS[lesson.step_index(step)].text(facts)
         assert "Send a message first" in text and "ms" not in text
@@ -78,3 +78,10 @@ def test_an_unknown_step_is_one_line_naming_the_steps(fresh_dirs):
     done = run_cli("lesson", "--step", "nope")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().count("\n") == 0 and "inference, tokens" in done.stderr
+
+
+def test_without_ceilings_the_gpu_step_says_how_to_measure_them():
+    reply = _reply()
+    reply.limits = None
+    text = lesson.STEPS[lesson.step_index("gpu")].text(lesson.Facts(INFO, reply))
+    assert "chatapp machine" in text and "GB/s" not in text
