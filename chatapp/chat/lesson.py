@@ -15,7 +15,10 @@ from chatapp.models.fit import gib, what_if
 from chatapp.stats_text import decode_text, ms_text
 
 LESSON_FILE = "lesson.json"
-SEND_FIRST = "Send a message first (type one and press Enter): this step's numbers come from it."
+SEND_FIRST = (
+    "Send a message first (F3 brings the chat where the panels cover it): this step's "
+    "numbers come from it."
+)
 
 
 @dataclass(frozen=True)
