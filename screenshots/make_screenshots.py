@@ -2,7 +2,7 @@
 
 Run: python screenshots/make_screenshots.py   (takes about half a minute on 2 cores)
 Only some: python screenshots/make_screenshots.py pick versus
-(the shots: main, pick, thinking, drafts, versus, inside, grammar, steering, limits)
+(the shots: main, pick, thinking, drafts, versus, inside, grammar, steering, limits, lesson)
 """
 
 from __future__ import annotations
@@ -338,8 +338,28 @@ async def limits_shot() -> None:
             app.save_screenshot(str(OUT / name))
 
 
+async def lesson_shot() -> None:
+    """The lesson at its "stream" and "gpu" steps after a reply (120x40 and 80x24)."""
+    from chatapp import ceilings, cpus, machine
+
+    if machine.saved_ceilings() is None:
+        machine.remember_ceilings(ceilings.measure(cpus.usable_cpus()).to_dict())
+    for size, suffix in (((120, 40), ""), ((80, 24), "-80x24")):
+        app = greedy_app(120)
+        async with app.run_test(size=size) as pilot:
+            await ask(pilot, app, "Tell me about the moon in a few sentences.")
+            app.chat_screen.lesson.start(0)  # (alt+e: where it stopped)
+            for step in range(7):
+                await pilot.press("right")
+                await pilot.pause(0.3)
+                if step in (1, 5):  # the steps "stream" and "gpu"
+                    app.clear_notifications()
+                    app.save_screenshot(str(OUT / f"lesson-{step + 2}{suffix}.svg"))
+
+
 SHOTS = {
     "main": main,
+    "lesson": lesson_shot,
     "limits": limits_shot,
     "grammar": grammar_shot,
     "inside": inside_shot,
@@ -361,6 +381,7 @@ async def run(names: list[str]) -> None:
         "grammar",
         "steering",
         "limits",
+        "lesson",
     ]:  # (main makes the thinking shot too)
         await SHOTS[name]()
 

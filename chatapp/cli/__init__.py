@@ -12,6 +12,7 @@ from chatapp.cli import (  # noqa: F401  (each module registers its commands on 
     history_commands,
     hub_commands,
     inside_commands,
+    lesson_commands,
     machine_commands,
     model_commands,
     speed_commands,

@@ -80,6 +80,7 @@ def chat(
     vs: VsOpt = None,
     steer: SteerOpt = None,
     steer_layers: SteerLayersOpt = None,
+    lesson_step: Annotated[int | None, typer.Option(hidden=True)] = None,
 ) -> None:
     """Open the chat TUI (settings not given here come from config.toml)."""
     config, problems = _chat_config(threads, system, think, autotune)
@@ -118,6 +119,7 @@ def chat(
         problems=problems,
         compare_options=compare_options,
         steering=steering,
+        lesson_step=lesson_step,
     )
 
 

@@ -146,6 +146,10 @@ def run_versus_app(
     app.run()
 
 
-def run_chat_app(options: LoadOptions, server: str | None = None, **kwargs) -> None:
-    """Open the TUI on a local model (or a server)."""
-    build_app(options, server=server, **kwargs).run()
+def run_chat_app(
+    options: LoadOptions, server: str | None = None, lesson_step: int | None = None, **kwargs
+) -> None:
+    """Open the TUI on a local model (or a server); `lesson_step`: at that step of the lesson."""
+    app = build_app(options, server=server, **kwargs)
+    app.chat_screen.lesson.begin_at = lesson_step
+    app.run()

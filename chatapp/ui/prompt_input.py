@@ -29,6 +29,14 @@ class PromptInput(TextArea):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, soft_wrap=True, show_line_numbers=False, tab_behavior="focus")
         self.placeholder = "Message the model (Enter sends, alt+enter new line, F1 help)"
+        self.free_keys: frozenset[str] = frozenset()  # left to the screen's keys while empty
+
+    def check_consume_key(self, key: str, character: str | None = None) -> bool:
+        """A printable key in `free_keys` typed into the empty box is a key of the screen's
+        (the lesson's n and p); every other one is typed."""
+        if key in self.free_keys and not self.text:
+            return False
+        return super().check_consume_key(key, character)
 
     async def _on_key(self, event: events.Key) -> None:
         if event.key == "enter":

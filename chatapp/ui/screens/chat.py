@@ -25,11 +25,13 @@ from chatapp.ui.pacing import settle_gc
 from chatapp.ui.screens.conversations import Choice, ConversationsScreen
 from chatapp.ui.screens.file_picker import FilePickerScreen
 from chatapp.ui.screens.grammar import CLEAR, GrammarScreen
+from chatapp.ui.screens.lesson_view import LessonView
 from chatapp.ui.screens.panel_view import PanelView
 from chatapp.ui.screens.system_prompt import SystemPromptScreen
 from chatapp.ui.streaming import ReplyStream
 from chatapp.ui.widgets.chat import MessageView
 from chatapp.ui.widgets.inside import InsidePanel
+from chatapp.ui.widgets.lesson_strip import LessonStrip
 from chatapp.ui.widgets.limits_panel import LimitsPanel
 from chatapp.ui.widgets.live_panel import LivePanel, LoadedModel
 from chatapp.ui.widgets.probs import ProbPanel
@@ -103,6 +105,9 @@ class ChatScreen(Screen):
             "chat.limits",
             show=False,
         ),
+        _key("alt+e", "lesson('start')", "Lesson: how the model writes", "chat.lesson", show=False),
+        _key("right,n", "lesson('next')", "Lesson: next step", "lesson.next", show=False),
+        _key("left,p", "lesson('back')", "Lesson: step back", "lesson.back", show=False),
         _key("alt+g", "pick_grammar", "JSON schema / grammar", "chat.grammar", show=False),
         _key(
             "alt+s",
@@ -130,9 +135,11 @@ class ChatScreen(Screen):
         self.initial_settings = settings or SamplerSettings()
         self.pane = ConversationPane(session, slot, config, id="left")
         self.view = PanelView(self)
+        self.lesson = LessonView(self, self.view)
 
     def compose(self) -> ComposeResult:
         yield Header()
+        yield LessonStrip(id="lesson")
         with Horizontal(id="main"):
             yield self.pane
             with Vertical(id="side"):
@@ -165,6 +172,8 @@ class ChatScreen(Screen):
         self.call_after_refresh(settle_gc)
         self.watch(self.pane, "model", self._steer_follows, init=False)
         self.pane.start_model()
+        if self.lesson.begin_at is not None:
+            self.call_after_refresh(self.lesson.start, self.lesson.begin_at)
 
     @property
     def session(self) -> ChatSession:
@@ -187,9 +196,11 @@ class ChatScreen(Screen):
     # ---- keys passed to the conversation ------------------------------------------------------
 
     async def action_stop(self) -> None:
-        """Esc: stop the reply; with none, narrow: back from the panels to the chat; else stop
-        F8's Hub download, if one runs."""
-        if not self.pane.stop() and not self.view.back_to_the_chat():
+        """Esc: stop the reply; with none, leave the lesson; else narrow: back from the panels
+        to the chat; else stop F8's Hub download, if one runs."""
+        if self.pane.stop() or self.lesson.leave():
+            return
+        if not self.view.back_to_the_chat():
             await self.run_action("app.stop_download")
 
     async def action_pane(self, command: str, *args: object) -> None:
@@ -199,6 +210,17 @@ class ChatScreen(Screen):
     def action_view(self, name: str) -> None:
         """A view key's toggle of the side panels (a method of PanelView)."""
         getattr(self.view, name)()
+
+    def action_lesson(self, name: str) -> None:
+        """A lesson key: start, next or back (LessonView's methods)."""
+        getattr(self.lesson, name)()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The lesson's step keys act only while it is on and they would type nothing (else
+        the key goes on to the message box)."""
+        if action == "lesson" and parameters and parameters[0] != "start":
+            return self.lesson.keys_free()
+        return True
 
     def action_attach_files(self) -> None:
         """The file picker: each file chosen joins the next message, as `/file PATH` does."""
