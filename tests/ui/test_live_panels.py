@@ -10,6 +10,7 @@ from textual.widgets import TabbedContent
 from chatapp.engine.capabilities import Capabilities
 from chatapp.ui.app import ChatApp
 from chatapp.ui.widgets.inside import InsidePanel
+from chatapp.ui.widgets.lesson_strip import LessonStrip
 from chatapp.ui.widgets.limits_panel import LimitsPanel
 from chatapp.ui.widgets.live_panel import LivePanel
 from chatapp.ui.widgets.probs import ProbPanel
@@ -31,7 +32,7 @@ async def test_every_live_panel_joins_and_follows_the_reply_and_the_model():
         )
         joined = pane(app).panels.panels
         assert {type(p) for p in joined} == {
-            StatsPanel, ProbPanel, TokenPanel, InsidePanel, LimitsPanel
+            StatsPanel, ProbPanel, TokenPanel, InsidePanel, LimitsPanel, LessonStrip
         }  # fmt: skip
         assert set(app.screen.query(LivePanel)) == set(joined)
         assert app.chat_screen.view.stats_panel.info is pane(app).model.info
