@@ -22,7 +22,7 @@ class Collect:
         self._quiet, self._unused = os.pipe()  # what the loop polls: never readable
 
     def send(self, message) -> None:
-        self.events.extend(message[1])
+        self.events.extend(message.events)  # (an Events batch: pipe_messages.py)
 
     def fileno(self) -> int:
         return self._quiet
