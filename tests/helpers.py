@@ -190,3 +190,23 @@ def chat_app() -> ChatApp:
     from fakes.engines import ScriptedEngine
 
     return ChatApp(lambda: ScriptedEngine(), options=LoadOptions(model_path=str(smollm2_path())))
+
+
+def steer_status(panel) -> str:
+    """The Steer tab's status line."""
+    return str(panel.query_one("#steer-status").render())
+
+
+async def add_steering(pilot, app, name: str):
+    """Pick `name` in the Steer tab and press Add (a built-in pair is made in a worker)."""
+    from textual.widgets import Select
+
+    from chatapp.ui.widgets.steer_panel import SteerPanel
+
+    await wait_until(pilot, lambda: app.slot.engine is not None, timeout=60)
+    await pilot.press("alt+v")
+    panel = app.query_one(SteerPanel)
+    await wait_until(pilot, lambda: bool(panel.query("#steer-choice")))
+    panel.query_one("#steer-choice", Select).value = name
+    await pilot.click("#steer-add")
+    return panel

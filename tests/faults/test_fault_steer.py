@@ -8,8 +8,7 @@ import shutil
 import signal
 
 import numpy as np
-from helpers import SIZE, pane, wait_until
-from textual.widgets import Select
+from helpers import SIZE, add_steering, pane, steer_status, wait_until
 
 from chatapp.chat.live_reply import LiveReply
 from chatapp.engine import control_vector, steer_library
@@ -17,26 +16,11 @@ from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
 from chatapp.ui.app import ChatApp
 from chatapp.ui.widgets.sampler import Slider
-from chatapp.ui.widgets.steer_panel import SteerPanel
 
 
 def _app(model_path: str) -> ChatApp:
     options = LoadOptions(model_path=model_path, n_ctx=512, n_gpu_layers=0)
     return ChatApp(lambda: LocalEngine(options))
-
-
-def _status(panel: SteerPanel) -> str:
-    return str(panel.query_one("#steer-status").render())
-
-
-async def _add(pilot, app: ChatApp, name: str) -> SteerPanel:
-    await wait_until(pilot, lambda: app.slot.engine is not None, timeout=60)
-    await pilot.press("alt+v")
-    panel = app.query_one(SteerPanel)
-    await wait_until(pilot, lambda: bool(panel.query("#steer-choice")))
-    panel.query_one("#steer-choice", Select).value = name
-    await pilot.click("#steer-add")
-    return panel
 
 
 def _kill(engine: LocalEngine) -> None:
@@ -56,15 +40,15 @@ async def test_a_slider_moved_after_the_worker_was_killed_is_one_sentence(fresh_
     )
     app = _app(model_path)
     async with app.run_test(size=SIZE) as pilot:
-        panel = await _add(pilot, app, "calm")
+        panel = await add_steering(pilot, app, "calm")
         await wait_until(pilot, lambda: bool(panel.query("#steer-strength-0")), timeout=60)
         session = pane(app).session
         _kill(app.slot.engine)
         session.draft = LiveReply([], session.settings)  # (its stream has not noticed yet)
         panel.query_one("#steer-strength-0", Slider).focus()
         await pilot.press("right")
-        await wait_until(pilot, lambda: "did not reach the model" in _status(panel))
-        text = _status(panel)
+        await wait_until(pilot, lambda: "did not reach the model" in steer_status(panel))
+        text = steer_status(panel)
         assert "worker" in text and "\n" not in text.strip() and "Traceback" not in text
         assert panel.query_one("#steer-status").has_class("-error")
         assert app.is_running
@@ -80,9 +64,9 @@ async def test_a_model_file_gone_ends_the_making_with_a_sentence(fresh_dirs, mod
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.slot.engine is not None, timeout=60)
         copy.unlink()
-        panel = await _add(pilot, app, "happy")
+        panel = await add_steering(pilot, app, "happy")
         await wait_until(pilot, lambda: not panel.working, timeout=60)
-        text = _status(panel)
+        text = steer_status(panel)
         assert "gone.gguf" in text and panel.query_one("#steer-status").has_class("-error")
         assert "\n" not in text.strip() and not panel.query("#steer-strength-0")
         assert app.is_running
@@ -93,7 +77,9 @@ async def test_a_killed_worker_ends_the_making_with_a_sentence(fresh_dirs, model
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.slot.engine is not None, timeout=60)
         _kill(app.slot.engine)
-        panel = await _add(pilot, app, "happy")
+        panel = await add_steering(pilot, app, "happy")
         await wait_until(pilot, lambda: not panel.working, timeout=60)
-        assert "worker" in _status(panel) and panel.query_one("#steer-status").has_class("-error")
+        assert "worker" in steer_status(panel) and panel.query_one("#steer-status").has_class(
+            "-error"
+        )
         assert app.is_running

@@ -10,7 +10,17 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from fakes.servers import StubServer
-from helpers import SIZE, Host, pane, screen_text, send, type_text, wait_until
+from helpers import (
+    SIZE,
+    Host,
+    add_steering,
+    pane,
+    screen_text,
+    send,
+    steer_status,
+    type_text,
+    wait_until,
+)
 from textual import events
 from textual.app import ComposeResult
 from textual.screen import Screen
@@ -36,21 +46,6 @@ def _app(model_path: str, settings: SamplerSettings = GREEDY) -> ChatApp:
     return ChatApp(lambda: LocalEngine(options), settings=settings)
 
 
-def _status(panel: SteerPanel) -> str:
-    return str(panel.query_one("#steer-status").render())
-
-
-async def _add(pilot, app: ChatApp, name: str) -> SteerPanel:
-    """Pick `name` in the Steer tab and press Add (a built-in pair is made in a worker)."""
-    await wait_until(pilot, lambda: app.slot.engine is not None, timeout=60)
-    await pilot.press("alt+v")
-    panel = app.query_one(SteerPanel)
-    await wait_until(pilot, lambda: bool(panel.query("#steer-choice")))
-    panel.query_one("#steer-choice", Select).value = name
-    await pilot.click("#steer-add")
-    return panel
-
-
 async def _reply_ids(pilot, app: ChatApp) -> list[int]:
     await wait_until(pilot, lambda: pane(app).reply is None, timeout=120)
     return [t.id for t in pane(app).last_reply.tokens]
@@ -60,7 +55,7 @@ async def _reply_ids(pilot, app: ChatApp) -> list[int]:
 async def test_a_slider_moved_mid_reply_bends_the_reply_from_the_next_token(fresh_dirs, model_path):
     app = _app(model_path)
     async with app.run_test(size=SIZE) as pilot:
-        panel = await _add(pilot, app, "happy")
+        panel = await add_steering(pilot, app, "happy")
         await wait_until(pilot, lambda: bool(panel.query("#steer-strength-0")), timeout=120)
         assert steer_library.find(model_path, "happy") is not None  # made and kept
         session = pane(app).session
@@ -85,7 +80,7 @@ async def test_a_slider_moved_mid_reply_bends_the_reply_from_the_next_token(fres
         assert steered[first : first + 20] != plain[first : first + 20]
         assert str(strip.render()).count("▸") == len(strip.marks)
         assert changes[-1][1][0].strength == pytest.approx(4.0)
-        assert f"from token {changes[-1][0]} of the reply" in _status(panel)
+        assert f"from token {changes[-1][0]} of the reply" in steer_status(panel)
 
         # The concept meter of that reply: a colour per token, the selected token's curve.
         panel.query_one("#steer-strength-0", Slider).focus()
@@ -111,7 +106,7 @@ async def test_a_remote_engine_gets_one_sentence_and_no_controls(fresh_dirs):
             await pilot.press("alt+v")
             panel = app.query_one(SteerPanel)
             await pilot.pause()
-            assert _status(panel) == REMOTE_NOTE[0].upper() + REMOTE_NOTE[1:] + "."
+            assert steer_status(panel) == REMOTE_NOTE[0].upper() + REMOTE_NOTE[1:] + "."
             assert not panel.query("#steer-choice") and not panel.query(Slider)
     finally:
         stub.shutdown()
@@ -123,9 +118,9 @@ async def test_a_vector_of_another_width_is_one_sentence_in_the_panel(fresh_dirs
     control_vector.write(steer_library.vector_path(model_path, "narrow"), narrow)
     app = _app(model_path)
     async with app.run_test(size=SIZE) as pilot:
-        panel = await _add(pilot, app, "narrow")
-        await wait_until(pilot, lambda: "wide" in _status(panel))
-        text = _status(panel)
+        panel = await add_steering(pilot, app, "narrow")
+        await wait_until(pilot, lambda: "wide" in steer_status(panel))
+        text = steer_status(panel)
         assert "'narrow'" in text and "is 8 wide" in text and "is 576 wide" in text
         assert "\n" not in text.strip() and panel.query_one("#steer-status").has_class("-error")
         assert not panel.query("#steer-strength-0") and pane(app).session.steering is None
@@ -209,13 +204,13 @@ async def test_a_vector_made_in_the_panel_is_kept_listed_and_steers(fresh_dirs, 
         engine.residuals = held
         await _fill(pilot, panel, "cheer", HAPPY, SAD)
         await wait_until(pilot, reading.is_set)
-        assert "making 'cheer': reading its 6 examples" in _status(panel)
+        assert "making 'cheer': reading its 6 examples" in steer_status(panel)
         await type_text(pilot, app, "hi")  # the UI answers keys while the vector is made
         assert app.query_one("#prompt").text == "hi" and panel.working
         button = panel.query_one("#steer-make", Button)
         assert str(button.label) == "Making…" and button.disabled  # seen beside the boxes
         gate.set()
-        await wait_until(pilot, lambda: "'cheer' is in use" in _status(panel), timeout=60)
+        await wait_until(pilot, lambda: "'cheer' is in use" in steer_status(panel), timeout=60)
         assert str(button.label) == "Make and add" and not button.disabled
         del engine.residuals
         app.query_one("#prompt").text = ""
@@ -231,7 +226,7 @@ async def test_a_vector_made_in_the_panel_is_kept_listed_and_steers(fresh_dirs, 
         panel.query_one("#steer-strength-0", Slider).focus()
         await pilot.press("shift+right", "shift+right")
         assert pane(app).session.steering.vectors[0].strength == pytest.approx(4.0)
-        assert _status(panel).startswith("cheer +4.00 · ")  # the name as typed, never Cheer
+        assert steer_status(panel).startswith("cheer +4.00 · ")  # the name as typed, never Cheer
         await pilot.press("ctrl+r")
         await wait_until(pilot, lambda: pane(app).reply is not None)
         steered = await _reply_ids(pilot, app)
@@ -245,7 +240,7 @@ def _kept(model_path: str) -> dict[str, bytes]:
 
 
 def _one_error_sentence(panel: SteerPanel) -> str:
-    text = _status(panel)
+    text = steer_status(panel)
     assert panel.query_one("#steer-status").has_class("-error") and not panel.working
     assert "\n" not in text and "Traceback" not in text and text.endswith(".")
     return text
@@ -309,5 +304,5 @@ async def test_markup_and_escape_codes_pasted_in_the_boxes_show_as_text(fresh_di
         assert "[bold red]I am[/] so ␛[31mhappy␛[0m" in shown and "␛]0;pwned␇" in shown
         panel.query_one("#steer-name", Input).value = "pasted"
         panel.query_one("#steer-make", Button).press()
-        await wait_until(pilot, lambda: "'pasted' is in use" in _status(panel), timeout=60)
+        await wait_until(pilot, lambda: "'pasted' is in use" in steer_status(panel), timeout=60)
         assert [v.name for v in steer_library.saved(model_path)] == ["pasted"]
