@@ -113,6 +113,16 @@ class LoadWatch:
             self._read()
         return self._latest
 
+    def fresh(self, span_s: float = 0.05) -> float | None:
+        """A reading of the next `span_s` only: a busy last reading may be a program that just
+        ended (a build step, a benchmark's last run), and a prompt put on one thread short
+        for it evaluates at half speed on a machine that is free again."""
+        with self._lock:
+            self._reader()  # (ends the interval under way: what came before is not read)
+            time.sleep(span_s)
+            self._latest, self._at = self._reader(), time.monotonic()
+            return self._latest
+
     def close(self) -> None:
         self._stop.set()
 

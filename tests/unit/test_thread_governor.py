@@ -160,6 +160,38 @@ def test_the_prefill_runs_one_thread_short_while_another_program_is_busy():
     assert counts == [1] and quiet.threads == 2
 
 
+def test_a_busy_reading_of_a_program_that_just_ended_does_not_slow_the_prompt():
+    """The last reading covers the quarter second before the reply: a benchmark's last run, a
+    build step that just ended. A fresh reading says whether the load is still there; the
+    prompt of a machine free again runs on every thread (on one it took twice as long)."""
+    counts: list[int] = []
+    ended = ThreadGovernor(2, counts.append, others=lambda: 1.0, others_now=lambda: 0.02)
+    ended.before_prefill()
+    assert counts == [] and ended.threads == 2 and ended._probe is None
+    still = ThreadGovernor(2, counts.append, others=lambda: 1.0, others_now=lambda: 0.9)
+    still.before_prefill()
+    assert counts == [1] and still.threads == 1
+    asked: list[int] = []
+    quiet = ThreadGovernor(2, counts.append, others=lambda: 0.1, others_now=lambda: asked.append(1))
+    quiet.before_prefill()
+    assert asked == []  # a quiet reading costs the reply no wait
+
+
+def test_the_load_watch_reads_the_moment_after_a_program_ends():
+    """`fresh()` ends the interval under way unread and reads only the span after it: a
+    program that used a core before the call counts for nothing."""
+    from chatapp.cpu_load import LoadWatch
+
+    watch = LoadWatch(every_s=10.0)  # (no background reading in between)
+    readings = iter([1.0, 0.03])  # the interval under way (a spinner that ended), then now
+    watch._reader = lambda: next(readings)
+    try:
+        assert watch.fresh(0.01) == 0.03
+        assert watch() == 0.03  # the latest reading is the fresh one
+    finally:
+        watch.close()
+
+
 def test_thread_stats_of_a_reply():
     m = Machine(1)
     m.run(1.0)

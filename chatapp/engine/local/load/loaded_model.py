@@ -119,11 +119,13 @@ class LoadedModel:
         than one thread and the user did not pin the count."""
         if not adapt or most < 2 or not cpu_bound:
             return None
+        watch = self._load_watch()
         return ThreadGovernor(
             most,
             lambda n: self.lib.llama_set_n_threads(self.ctx, n, n),
             lambda n: self.lib.llama_set_n_threads(self.ctx, most, n),
-            self._load_watch(),
+            watch,
+            others_now=watch.fresh,
         )
 
     def _load_watch(self) -> LoadWatch:

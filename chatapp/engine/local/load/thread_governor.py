@@ -80,12 +80,14 @@ class ThreadGovernor:
     context (llama_set_n_threads); `others()` returns the cores other programs use now (None
     where unknown; cpu_load.LoadWatch keeps it fresh across idle gaps). The count starts at
     `most`, the tuned quiet-machine best, and only steps timed at both counts keep a change: a
-    reading only starts a probe and breaks a tie."""
+    reading only starts a probe and breaks a tie. `others_now()` reads the next moment only:
+    a reply that starts on a busy reading asks it whether the load is still there."""
 
     most: int
     apply: Callable[[int], None]
     apply_batch: Callable[[int], None] = lambda n: None  # the prompt's batches only
     others: Callable[[], float | None] = lambda: None
+    others_now: Callable[[], float | None] | None = None  # a fresh short reading, when busy
     clock: Callable[[], float] = time.perf_counter
     threads: int = 0
     switches: list[Switch] = field(default_factory=list)
@@ -115,6 +117,8 @@ class ThreadGovernor:
         self._window.clear()
         now = self.clock()
         self.busy_cores = self.others()
+        if self._busy() and self.others_now is not None:
+            self.busy_cores = self.others_now()  # (still busy, or a program that just ended?)
         self._next_hint = now + HINT_EVERY_S
         if self._busy():
             if self.threads == self.most and self.most > 1:
