@@ -248,6 +248,11 @@ class ChatApp(LiteralApp):
             CompareScreen(source=source or None, files=files, options=self.compare_options)
         )
 
+    def on_compare_screen_done(self, message: CompareScreen.Done) -> None:
+        """A comparison ran: the chat keeps it (the lesson's fit step quotes its rows)."""
+        if message.result is not None:
+            self.chat_screen.compared(message.result)
+
     # ---- Hub downloads (F8's Get models view) ---------------------------------------------
 
     def on_get_models_view_download_asked(self, message: GetModelsView.DownloadAsked) -> None:
