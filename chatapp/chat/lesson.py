@@ -239,8 +239,8 @@ def _fit(f: Facts) -> str:
     if f.info is None or not f.memory_bytes:
         return "Wait for the model to load: this step compares it with this machine's memory."
     name, rows = what_if(8.0, f.memory_bytes)
-    fits = [r.quant for r in rows if r.fits]
-    bigger = f"a model like {name} fits at {', '.join(fits)}" if fits else f"{name} fits at none"
+    fits = [r.quant for r in rows if r.fits]  # (the rows go from the most bits to the fewest)
+    bigger = f"a model like {name} fits at {fits[0]} or below" if fits else f"{name} fits at none"
     here = f"This model takes {gib(f.info.size_bytes)} of the {gib(f.memory_bytes)} free here; "
     if f.compare is None:
         return (
@@ -248,7 +248,7 @@ def _fit(f: Facts) -> str:
             "F10 quantizes this model in seconds and compares the files: run it, come back."
         )
     runs = "; ".join(_run(r) for r in f.compare.runs[:MAX_RUNS])
-    return f"{here}{bigger}. Your compare (F10): {runs}."
+    return f"{here}{bigger}. Your F10 compare: {runs}."
 
 
 MAX_RUNS = 3  # the compare's files quoted (the strip has four lines)
@@ -262,7 +262,7 @@ def _run(r: RunResult) -> str:
     if r.is_reference:
         quality = " (the reference)"
     elif r.mean_kl is not None:
-        agree = f", same top token {r.top1_agreement:.0%}" if r.top1_agreement is not None else ""
+        agree = f", top-1 {r.top1_agreement:.0%}" if r.top1_agreement is not None else ""
         quality = f", KLD {r.mean_kl:.4f}{agree}"
     else:
         quality = f", {r.same_prefix_tokens} tokens as the reference's"

@@ -172,7 +172,7 @@ def test_the_fit_step_quotes_each_file_of_the_compare():
     text = _text("fit", lesson.Facts(INFO, memory_bytes=8 << 30, compare=result))
     assert "8.00 GiB free" in text
     assert "Q8_0 138.3 MiB 40.0 t/s (the reference)" in text
-    assert "Q2_K 83.9 MiB 61.5 t/s, KLD 0.3512, same top token 81%" in text
+    assert "Q2_K 83.9 MiB 61.5 t/s, KLD 0.3512, top-1 81%" in text
     assert "Q4_0 failed" in text
 
 

@@ -275,7 +275,7 @@ async def test_real_model_scores_a_text_through_the_screen_and_the_lesson_quotes
         for r in result.runs:
             assert f"{r.quant} {gib(r.size_bytes)} {decode_text(r.decode_tps)}" in text
         q4 = runs["Q4_1"]
-        assert f"KLD {q4.mean_kl:.4f}, same top token {q4.top1_agreement:.0%}" in text
+        assert f"KLD {q4.mean_kl:.4f}, top-1 {q4.top1_agreement:.0%}" in text
     assert saved_runs()[0][0].result == result
 
 
