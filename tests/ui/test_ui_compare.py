@@ -240,13 +240,16 @@ def test_compare_screen_snapshot(snap_compare, monkeypatch):
 async def test_real_model_scores_a_text_through_the_screen_and_the_lesson_quotes_it(tmp_path):
     """Over the chat on the real model: the run's rows are what the lesson's fit step quotes."""
     q8 = quantize.quantize(bundled(), "Q8_0", tmp_path, nthread=2).output
-    screen = CompareScreen(files=[q8, bundled()], n_threads=1, tokens=4)
     load = LoadOptions(bundled(), n_ctx=512, n_gpu_layers=0)
     app = ChatApp(lambda: LocalEngine(load), config=Config(autotune=False))
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.slot.engine is not None, timeout=60)
-        app.push_screen(screen)  # (as F10 does, with the files and tokens of this test)
+        app.action_compare_models([q8, bundled()])  # F10 with these files (as after a pull)
+        await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen))
+        screen = app.screen
+        screen.n_threads = 1
         await wait_until(pilot, lambda: len(screen.query_one(SelectionList).selected) == 2)
+        screen.query_one("#cmp-tokens", Input).value = "4"
         screen.query_one("#cmp-text", Input).value = str(APACHE)
         screen.query_one("#cmp-ctx", Input).value = "128"
         await pilot.press("ctrl+r")

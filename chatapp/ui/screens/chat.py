@@ -265,8 +265,11 @@ class ChatScreen(Screen):
         """The session's steering changed (the lesson's steer step names it)."""
         self.lesson.strip.measured_changed()
 
-    def compared(self, result: CompareResult) -> None:
-        """A comparison ran (F10; the app hands it here): the lesson's fit step quotes it."""
+    def compared(self, result: CompareResult | None) -> None:
+        """F10 closed on a comparison (the app hands it here; None: none shown): the lesson's
+        fit step quotes it."""
+        if result is None:
+            return
         self.session.measured.compare = result
         if self.is_mounted:  # (not laid out: `--vs` opened the versus screen instead)
             self.lesson.strip.measured_changed()
