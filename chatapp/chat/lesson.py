@@ -130,9 +130,9 @@ def _p(p: float) -> str:
 def _inside(f: Facts) -> str:
     found = f.lens
     if found is None:
-        layers = f"each of the {f.info.n_layers} layers" if f.info else "each layer"
+        depths = f"each of the {f.info.n_layers} layers" if f.info else "each layer"
         return (
-            f"The logit lens reads the model's guess after {layers}, as if it stopped there. "
+            f"The logit lens reads the model's guess after {depths}, as if it stopped there. "
             "Send a message, then press r in this tab: the lens runs on the reply's last token "
             "(or on the one selected in the Tokens tab)."
         )

@@ -244,7 +244,7 @@ async def test_real_model_scores_a_text_through_the_screen_and_the_lesson_quotes
     app = ChatApp(lambda: LocalEngine(load), config=Config(autotune=False))
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.slot.engine is not None, timeout=60)
-        app.action_compare_models([q8, bundled()])  # F10 with these files (as after a pull)
+        app.call_later(app.action_compare_models, [q8, bundled()])  # F10 with these files
         await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen))
         screen = app.screen
         screen.n_threads = 1

@@ -116,7 +116,8 @@ async def test_the_inside_step_quotes_the_lens_run_in_the_inside_tab(model_path,
         text = " ".join(_shown(app).split())
         assert f"{token_display(found.chosen.piece)!r} (position {found.position})" in text
         if first is None:  # (a token sampled below the top one)
-            assert f"never the lens's top token (rank {layers[-1].chosen_rank} at layer {n})" in text
+            rank = layers[-1].chosen_rank
+            assert f"never the lens's top token (rank {rank} at layer {n})" in text
         else:
             assert f"top token at layer {first} of {n}" in text
         assert f"{half.chosen_p:.2f} at layer {half.layer}" in text
