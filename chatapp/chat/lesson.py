@@ -2,23 +2,42 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from chatapp import jsonfile, paths
 from chatapp.chat.live_reply import LiveReply
+from chatapp.engine.inspection import Inspection
 from chatapp.engine.protocol import ModelInfo
+from chatapp.engine.steering import Meter, Steering, SteerVector
+from chatapp.models.compare_result import CompareResult, RunResult
 from chatapp.models.device_speeds import DEVICES, GB
 from chatapp.models.fit import gib, what_if
 from chatapp.stats_text import decode_text, ms_text
+from chatapp.textsafe import token_display
 
 LESSON_FILE = "lesson.json"
 SEND_FIRST = (
     "Send a message first (F3 brings the chat where the panels cover it): this step's "
     "numbers come from it."
 )
+
+
+@dataclass
+class Measured:
+    """What this session measured beside its replies, kept for the lesson's later steps: the
+    last logit lens (the Inside tab), concept meter (the Steer tab: the vector's name and its
+    reading) and comparison (F10). The chat session holds one; the chat screen and the app
+    fill it in as each arrives (None: not yet)."""
+
+    lens: Inspection | None = None
+    meter: tuple[str, Meter] | None = None
+    compare: CompareResult | None = None
 
 
 @dataclass(frozen=True)
@@ -29,6 +48,11 @@ class Facts:
     reply: LiveReply | None = None  # the last reply (its stats and limits once finished)
     ceilings: dict[str, Any] | None = None  # machine.saved_ceilings()
     memory_bytes: int | None = None  # memory free for a model here
+    steering: Steering | None = None  # in use now, for the next replies (the Steer tab's)
+    steered: Steering | None = None  # the last reply's, with its changes (None: unsteered)
+    lens: Inspection | None = None  # the last logit lens (Measured's)
+    meter: tuple[str, Meter] | None = None  # the last concept meter: the vector's name, reading
+    compare: CompareResult | None = None  # the last comparison run (F10)
 
 
 @dataclass(frozen=True)
@@ -99,22 +123,93 @@ def _probs(f: Facts) -> str:
     )
 
 
+def _p(p: float) -> str:
+    return "-" if math.isnan(p) else f"{p:.2f}"
+
+
 def _inside(f: Facts) -> str:
-    if f.info is None:
-        return "Wait for the model to load."
+    found = f.lens
+    if found is None:
+        depths = f"each of the {f.info.n_layers} layers" if f.info else "each layer"
+        return (
+            f"The logit lens reads the model's guess after {depths}, as if it stopped there. "
+            "Send a message, then press r in this tab: the lens runs on the reply's last token "
+            "(or on the one selected in the Tokens tab)."
+        )
+    if not found.lens_ok or len(found.layers) < 3:
+        return f"The lens could not read the layers: {found.lens_note or 'none came back'}"
+    layers = found.layers[1:-1]  # 1..N (0: the embedding; the last: the model's own output)
+    n, word = len(layers), token_display(found.chosen.piece)
+    first = next((lens.layer for lens in layers if lens.chosen_rank == 1), None)
+    half = layers[max(n // 2, 1) - 1]
+    became = (
+        f"became the lens's top token at layer {first} of {n}"
+        if first is not None
+        else f"was never the lens's top token (rank {layers[-1].chosen_rank} at layer {n})"
+    )
+    near = next((m for m in found.neighbours if m.id != found.chosen.id), None)
+    nearest = f" Nearest in the embedding: {token_display(near.piece)!r}." if near else ""
     return (
-        f"The logit lens reads the guess after each of the {f.info.n_layers} layers of a "
-        f"{f.info.n_embd}-wide residual stream: watch it sharpen layer by layer. Attention "
-        "and embedding neighbours are in the same tab."
+        f"The lens on {word!r} (position {found.position}): it {became}; its p was "
+        f"{_p(half.chosen_p)} at layer {half.layer} and {_p(layers[-1].chosen_p)} at layer {n}: "
+        f"the guess sharpens with depth.{nearest}"
     )
 
 
+def _vectors(vectors: tuple[SteerVector, ...], steering: Steering) -> str:
+    shown = ", ".join(f"{v.name!r} {v.strength:+.2f}" for v in vectors) or "no vector"
+    if not steering.layer_start and not steering.layer_end:
+        return f"{shown} at every layer"
+    return f"{shown} on layers {steering.layer_start or 1}-{steering.layer_end or 'last'}"
+
+
 def _steer(f: Facts) -> str:
+    last = f.steered
+    if last is not None and (last.active or last.changes) and f.reply and f.reply.finished:
+        return _steered(f.reply, last, f.meter)
+    now = f.steering
+    if now is not None and now.active:
+        return (
+            f"{_vectors(now.vectors, now)} is in use: send a message and the reply leans "
+            "toward it, token by token; its figures appear here."
+        )
     width = f.info.n_embd if f.info else 0
     return (
         f"A concept vector is {width or 'as many'} numbers, added to the residual stream at "
-        "the layers you choose. Make one from two words, set its strength, and send a message: "
-        "the reply leans toward it, live."
+        "the layers you choose. Pick one (happy is built in), Add, move its slider, then "
+        "send a message: the reply leans toward it, live."
+    )
+
+
+def _steered(reply: LiveReply, steering: Steering, meter: tuple[str, Meter] | None) -> str:
+    """The last reply, steered: its vectors, strengths, layers and figures, and the meter."""
+    vectors = steering.changes[-1][1] if steering.changes else steering.vectors
+    moved = f" (changed mid-reply from token {steering.changes[0][0]})" if steering.changes else ""
+    st = reply.finished.stats if reply.finished else None
+    n = st.completion_tokens if st else len(reply.new)
+    pace = decode_text(st.decode_tps if st and st.decode_tps else reply.decode_tps)
+    return (
+        f"The last reply was steered by {_vectors(vectors, steering)}{moved}: "
+        f"{n} tokens at {pace}. " + _meter_reading(meter)
+    )
+
+
+def _meter_reading(meter: tuple[str, Meter] | None) -> str:
+    """The concept meter's reading in words: the token that leans most along the vector."""
+    if meter is None:
+        return "Press m here: the concept meter reads the reply along the vector."
+    name, found = meter
+    layer = found.middle_layer
+    rows = found.projections[1:] if found.sink else found.projections
+    values = rows[:, layer - 1].astype(np.float64) if layer and len(rows) else np.array([np.nan])
+    if not np.isfinite(values).any():
+        return f"The concept meter found no {name!r} direction at layer {layer}."
+    above = values - float(np.nanmedian(values))
+    best = int(np.nanargmax(above))
+    piece = found.tokens[best + 1 if found.sink else best].piece
+    return (
+        f"The meter along {name!r} at layer {layer}: {token_display(piece)!r} leans most its "
+        f"way, {above[best]:+.1f} from the reply's median."
     )
 
 
@@ -144,13 +239,34 @@ def _fit(f: Facts) -> str:
     if f.info is None or not f.memory_bytes:
         return "Wait for the model to load: this step compares it with this machine's memory."
     name, rows = what_if(8.0, f.memory_bytes)
-    fits = [r.quant for r in rows if r.fits]
-    bigger = f"a model like {name} fits at {', '.join(fits)}" if fits else f"{name} fits at none"
-    return (
-        f"This model takes {gib(f.info.size_bytes)} of the {gib(f.memory_bytes)} free here; "
-        f"{bigger}. Fewer bits per weight: smaller and faster, a little less exact "
-        "(F10 compares a quantized file with the original)."
-    )
+    fits = [r.quant for r in rows if r.fits]  # (the rows go from the most bits to the fewest)
+    bigger = f"a model like {name} fits at {fits[0]} or below" if fits else f"{name} fits at none"
+    here = f"This model takes {gib(f.info.size_bytes)} of the {gib(f.memory_bytes)} free here; "
+    if f.compare is None:
+        return (
+            f"{here}{bigger}. Fewer bits per weight: smaller and faster, a little less exact. "
+            "F10 quantizes this model in seconds and compares the files: run it, come back."
+        )
+    runs = "; ".join(_run(r) for r in f.compare.runs[:MAX_RUNS])
+    return f"{here}{bigger}. Your F10 compare: {runs}."
+
+
+MAX_RUNS = 3  # the compare's files quoted (the strip has four lines)
+
+
+def _run(r: RunResult) -> str:
+    """One file of a compare: its size, decode pace and quality against the reference."""
+    label = r.quant or r.name
+    if r.error:
+        return f"{label} failed"
+    if r.is_reference:
+        quality = " (the reference)"
+    elif r.mean_kl is not None:
+        agree = f", top-1 {r.top1_agreement:.0%}" if r.top1_agreement is not None else ""
+        quality = f", KLD {r.mean_kl:.4f}{agree}"
+    else:
+        quality = f", {r.same_prefix_tokens} tokens as the reference's"
+    return f"{label} {gib(r.size_bytes)} {decode_text(r.decode_tps)}{quality}"
 
 
 STEPS: tuple[Step, ...] = (
@@ -158,10 +274,10 @@ STEPS: tuple[Step, ...] = (
     Step("tokens", "Text becomes tokens", "tab-tokens", "type a sentence in the box", _tokens),
     Step("stream", "One token at a time", "stats", "send a message, watch TTFT and t/s", _stream),
     Step("probs", "Probabilities", "tab-probs", "move temperature mid-reply (F6)", _probs),
-    Step("inside", "Inside the model", "tab-inside", "run the logit lens on a prompt", _inside),
-    Step("steer", "Touch it: steering", "tab-steer", "make a vector, send a message", _steer),
+    Step("inside", "Inside the model", "tab-inside", "a token in Tokens, r in Inside", _inside),
+    Step("steer", "Touch it: steering", "tab-steer", "Add a vector, slide it, send", _steer),
     Step("gpu", "Why a GPU", "tab-limits", "read the roofline after a reply", _gpu),
-    Step("fit", "The model has to fit", "stats", "F10: compare a quantized file", _fit),
+    Step("fit", "The model has to fit", "stats", "F10: quantize, then Run", _fit),
 )
 IDS = tuple(s.id for s in STEPS)
 

@@ -11,6 +11,7 @@ from chatapp.chat.branches import Tree, Turn
 from chatapp.chat.context import fit_messages, left_out_note
 from chatapp.chat.editing import ConversationEdits
 from chatapp.chat.editing import PickError as PickError
+from chatapp.chat.lesson import Measured
 from chatapp.chat.live_reply import LiveReply
 from chatapp.chat.recorder import ChatHistory
 from chatapp.chat.thinking import Split, opens_thinking, split_reply
@@ -81,6 +82,7 @@ class ChatSession:
         self.grammar: Grammar | None = None  # what replies must follow (a schema's, a GBNF's)
         self.steering: Steering | None = None  # control vectors for the next replies
         self.last_steering: Steering | None = None  # the last reply's, with its changes
+        self.measured = Measured()  # the last lens, concept meter and compare (the lesson's)
         self.engine: Engine | None = None
         self.info: ModelInfo | None = None
         self.tree = Tree()

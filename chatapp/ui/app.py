@@ -244,9 +244,9 @@ class ChatApp(LiteralApp):
     def action_compare_models(self, files: Sequence[str] = ()) -> None:
         info, options = self.chat_screen.session.info, self.slot.options
         source = info.path if info else (options and options.model_path)
-        self.push_screen(
-            CompareScreen(source=source or None, files=files, options=self.compare_options)
-        )
+        screen = CompareScreen(source=source or None, files=files, options=self.compare_options)
+        # closed, its last comparison is the chat's (the lesson's fit step quotes its rows)
+        self.push_screen(screen, lambda _: self.chat_screen.compared(screen.result))
 
     # ---- Hub downloads (F8's Get models view) ---------------------------------------------
 

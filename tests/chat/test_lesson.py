@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import textwrap
 
+import numpy as np
 from helpers import run_cli
 
 from chatapp.chat import lesson
 from chatapp.chat.live_reply import LiveReply
+from chatapp.engine.inspection import Inspection, LayerLens, Neighbour, Ranked
 from chatapp.engine.protocol import Finished, ModelInfo, PromptEvaluated
+from chatapp.engine.steering import Meter, Steering, SteerVector
+from chatapp.engine.token_piece import TokenPiece
 from chatapp.metrics import GenerationStats
+from chatapp.models.compare_result import CompareResult, RunResult
 from chatapp.models.reply_limits import ReplyLimits
 
 INFO = ModelInfo(
@@ -85,3 +92,104 @@ def test_without_ceilings_the_gpu_step_says_how_to_measure_them():
     reply.limits = None
     text = lesson.STEPS[lesson.step_index("gpu")].text(lesson.Facts(INFO, reply))
     assert "chatapp machine" in text and "GB/s" not in text
+
+
+# ---- the steps that quote what was measured beside the replies ------------------------------
+
+
+def _lens() -> Inspection:
+    """A capture of 4 layers: ' blue' becomes the lens's top token at layer 2."""
+    ranks = ((0, 90, 0.0), (1, 7, 0.01), (2, 1, 0.2), (3, 1, 0.45), (4, 1, 0.8), (5, 1, 0.8))
+    layers = tuple(LayerLens(n, f"layer {n}", (), rank, p) for n, rank, p in ranks)
+    return Inspection(
+        position=6, tokens=tuple(range(7)), pieces=(b"x",) * 7, chosen=Ranked(42, b" blue", 0.8),
+        layers=layers, attention=np.zeros((4, 2, 7), np.float32),
+        neighbours=(Neighbour(42, b" blue", 1.0), Neighbour(43, b" Blue", 0.9)), n_head_kv=2,
+        lens_ok=True,
+    )  # fmt: skip
+
+
+def _meter() -> Meter:
+    """The first token is the sink; at the middle layer (2 of 4) ' sun' leans most, +1.0."""
+    tokens = (TokenPiece(1, b"I"), TokenPiece(2, b" love"), TokenPiece(3, b" sun"))
+    projections = np.array([[9.0, 100.0, 9, 9], [0.0, 1.0, 0, 0], [0.0, 3.0, 0, 0]], np.float32)
+    return Meter(tokens, projections, sink=True)
+
+
+HAPPY = SteerVector("happy", "/v/happy.gguf", 4.0)
+
+
+def _text(step: str, facts: lesson.Facts) -> str:
+    return lesson.STEPS[lesson.step_index(step)].text(facts)
+
+
+def test_the_inside_step_quotes_the_lens_and_before_it_says_what_to_do():
+    before = _text("inside", lesson.Facts(INFO, _reply()))
+    assert "30 layers" in before and "Send a message, then press r in this tab" in before
+    text = _text("inside", lesson.Facts(INFO, _reply(), lens=_lens()))
+    assert "' blue'" in text and "position 6" in text
+    assert "top token at layer 2 of 4" in text
+    assert "0.20 at layer 2 and 0.80 at layer 4" in text
+    assert "Nearest in the embedding: ' Blue'" in text
+
+
+def test_the_inside_step_says_when_the_lens_could_not_read_the_layers():
+    found = dataclasses.replace(_lens(), lens_ok=False, lens_note="the output matrix is missing")
+    text = _text("inside", lesson.Facts(INFO, lens=found))
+    assert "could not read the layers: the output matrix is missing" in text
+
+
+def test_the_steer_step_names_the_vector_in_use_then_the_steered_reply_and_its_meter():
+    assert "576 numbers" in _text("steer", lesson.Facts(INFO))
+    now = Steering((HAPPY,), 5, 20)
+    text = _text("steer", lesson.Facts(INFO, steering=now))
+    assert "'happy' +4.00 on layers 5-20 is in use: send a message" in text
+    steered = lesson.Facts(INFO, _reply(), steering=now, steered=Steering((HAPPY,)))
+    text = _text("steer", steered)
+    assert "steered by 'happy' +4.00 at every layer: 12 tokens at 22.0 t/s" in text
+    assert "Press m here" in text
+    text = _text("steer", dataclasses.replace(steered, meter=("happy", _meter())))
+    assert "The meter along 'happy' at layer 2: ' sun' leans most its way, +1.0" in text
+
+
+def test_a_steering_changed_mid_reply_is_quoted_as_it_ended():
+    stronger = dataclasses.replace(HAPPY, strength=-2.5)
+    moved = Steering((), changes=((7, (stronger,)),))
+    text = _text("steer", lesson.Facts(INFO, _reply(), steered=moved))
+    assert "'happy' -2.50 at every layer (changed mid-reply from token 7)" in text
+
+
+def test_the_fit_step_quotes_each_file_of_the_compare():
+    before = _text("fit", lesson.Facts(INFO, memory_bytes=8 << 30))
+    assert "F10 quantizes this model" in before and "KLD" not in before
+    runs = (
+        RunResult("/m/a.gguf", "a.gguf", "Q8_0", 145_000_000, is_reference=True, decode_tps=40.0),
+        RunResult("/m/b.gguf", "b.gguf", "Q2_K", 88_000_000, decode_tps=61.5, mean_kl=0.3512,
+                  top1_agreement=0.81),
+        RunResult("/m/c.gguf", "c.gguf", "Q4_0", 90_000_000, error="it would not load"),
+    )  # fmt: skip
+    result = CompareResult("now", "hi", 4, 0, 512, 1, 100, "/m/a.gguf", runs)
+    text = _text("fit", lesson.Facts(INFO, memory_bytes=8 << 30, compare=result))
+    assert "8.00 GiB free" in text
+    assert "Q8_0 138.3 MiB 40.0 t/s (the reference)" in text
+    assert "Q2_K 83.9 MiB 61.5 t/s, KLD 0.3512, top-1 81%" in text
+    assert "Q4_0 failed" in text
+
+
+def test_each_text_fits_the_strip_at_80_columns():
+    """The strip is 76 columns inside its border at 80: each text keeps to 4 lines there."""
+    runs = tuple(
+        RunResult(f"/m/{q}.gguf", f"SmolLM2-135M-Instruct.{q}.gguf", q, 145_000_000,
+                  is_reference=q == "Q8_0", decode_tps=140.0, mean_kl=0.0123,
+                  top1_agreement=0.94)
+        for q in ("Q8_0", "Q4_1", "Q2_K")
+    )  # fmt: skip
+    facts = lesson.Facts(
+        INFO, _reply(), {"mem_read_gbps": 11.0}, 8 << 30,
+        steering=Steering((HAPPY,), 5, 20), steered=Steering((HAPPY,), 5, 20),
+        lens=_lens(), meter=("happy", _meter()),
+        compare=CompareResult("now", "hi", 4, 0, 512, 1, 100, "/m/Q8_0.gguf", runs),
+    )  # fmt: skip
+    for step in lesson.STEPS:
+        for shown in (step.text(facts), step.text(lesson.Facts(INFO))):
+            assert len(textwrap.wrap(shown, 76)) <= 4, (step.id, shown)

@@ -1,5 +1,6 @@
 """Pilot tests of the compare screen (F10): a text to score, live progress, bars, the best
-trade-off under a KLD budget, past runs reopened; on a fake engine, then on the real model."""
+trade-off under a KLD budget, past runs reopened; on a fake engine, then on the real model
+(over the chat: the lesson's fit step quotes that run)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,30 @@ import pytest
 from helpers import SIZE, Host, bundled, text_of, wait_until
 from textual.widgets import Input, OptionList, SelectionList
 
-from chatapp.engine.protocol import EngineError, Finished, ModelInfo, StopReason, Token
+from chatapp.chat import lesson
+from chatapp.config import Config
+from chatapp.engine.local.process.local_engine import LocalEngine
+from chatapp.engine.protocol import (
+    EngineError,
+    Finished,
+    LoadOptions,
+    ModelInfo,
+    StopReason,
+    Token,
+)
 from chatapp.metrics import GenerationStats
 from chatapp.models import compare, compare_runs, quantize
 from chatapp.models.compare_result import CompareResult, RunResult
 from chatapp.models.compare_runs import runs_folder, saved_runs
+from chatapp.models.fit import gib
+from chatapp.stats_text import decode_text
+from chatapp.ui.app import ChatApp
 from chatapp.ui.screens import compare as compare_screen
 from chatapp.ui.screens.compare import CompareScreen
 from chatapp.ui.screens.compare_history import PastRunsScreen
 from chatapp.ui.widgets.compare_setup import CompareSetup
 from chatapp.ui.widgets.compare_view import CompareTable
+from chatapp.ui.widgets.lesson_strip import LessonStrip
 
 pytestmark = pytest.mark.usefixtures("fresh_dirs")
 APACHE = Path(__file__).parents[1] / "data" / "apache-2.0.txt"
@@ -222,11 +237,19 @@ def test_compare_screen_snapshot(snap_compare, monkeypatch):
 
 
 @pytest.mark.slow
-async def test_real_model_scores_a_text_through_the_screen(tmp_path):
+async def test_real_model_scores_a_text_through_the_screen_and_the_lesson_quotes_it(tmp_path):
+    """Over the chat on the real model: the run's rows are what the lesson's fit step quotes."""
     q8 = quantize.quantize(bundled(), "Q8_0", tmp_path, nthread=2).output
-    screen = CompareScreen(files=[q8, bundled()], n_threads=1, tokens=4)
-    async with Host(screen).run_test(size=SIZE) as pilot:
+    load = LoadOptions(bundled(), n_ctx=512, n_gpu_layers=0)
+    app = ChatApp(lambda: LocalEngine(load), config=Config(autotune=False))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.slot.engine is not None, timeout=60)
+        app.call_later(app.action_compare_models, [q8, bundled()])  # F10 with these files
+        await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen))
+        screen = app.screen
+        screen.n_threads = 1
         await wait_until(pilot, lambda: len(screen.query_one(SelectionList).selected) == 2)
+        screen.query_one("#cmp-tokens", Input).value = "4"
         screen.query_one("#cmp-text", Input).value = str(APACHE)
         screen.query_one("#cmp-ctx", Input).value = "128"
         await pilot.press("ctrl+r")
@@ -247,6 +270,15 @@ async def test_real_model_scores_a_text_through_the_screen(tmp_path):
             screen.query_one("#cmp-best")
         )
         assert "mean KLD vs the reference" in text_of(screen.query_one("#cmp-bars"))
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is app.chat_screen)
+        app.chat_screen.lesson.start(lesson.step_index("fit"))
+        await pilot.pause(0.1)
+        text = " ".join(app.query_one(LessonStrip).render().plain.split())
+        for r in result.runs:
+            assert f"{r.quant} {gib(r.size_bytes)} {decode_text(r.decode_tps)}" in text
+        q4 = runs["Q4_1"]
+        assert f"KLD {q4.mean_kl:.4f}, top-1 {q4.top1_agreement:.0%}" in text
     assert saved_runs()[0][0].result == result
 
 

@@ -17,6 +17,7 @@ from chatapp.chat.session import ChatSession
 from chatapp.config import Config
 from chatapp.engine.protocol import EngineError, Grammar
 from chatapp.history.store import StoreError
+from chatapp.models.compare_result import CompareResult
 from chatapp.sampling import SamplerSettings
 from chatapp.ui.conversation.pane import ConversationPane
 from chatapp.ui.conversation.reply import stored_footer
@@ -139,7 +140,7 @@ class ChatScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield LessonStrip(id="lesson")
+        yield LessonStrip(self.session, id="lesson")
         with Horizontal(id="main"):
             yield self.pane
             with Vertical(id="side"):
@@ -245,6 +246,33 @@ class ChatScreen(Screen):
 
     def on_reply_stream_steering_took_effect(self, message: ReplyStream.SteeringTookEffect) -> None:
         self.query_one("#steer", SteerPanel).applied(message.event)
+
+    # ---- what the lesson quotes: kept by the session as it is measured ----------------------
+
+    def on_inside_panel_captured(self, message: InsidePanel.Captured) -> None:
+        """A logit lens ran in the Inside tab (the lesson's inside step quotes it)."""
+        if message.found is not None:
+            self.session.measured.lens = message.found
+            self.lesson.strip.measured_changed()
+
+    def on_steer_panel_metered(self, message: SteerPanel.Metered) -> None:
+        """The concept meter read a reply along a vector (the lesson's steer step quotes it)."""
+        if message.found is not None:
+            self.session.measured.meter = (message.name, message.found)
+            self.lesson.strip.measured_changed()
+
+    def on_steer_panel_changed(self, message: SteerPanel.Changed) -> None:
+        """The session's steering changed (the lesson's steer step names it)."""
+        self.lesson.strip.measured_changed()
+
+    def compared(self, result: CompareResult | None) -> None:
+        """F10 closed on a comparison (the app hands it here; None: none shown): the lesson's
+        fit step quotes it."""
+        if result is None:
+            return
+        self.session.measured.compare = result
+        if self.is_mounted:  # (not laid out: `--vs` opened the versus screen instead)
+            self.lesson.strip.measured_changed()
 
     @on(TokenStrip.Selected, "#reply-tokens")
     def on_reply_token_selected(self, message: TokenStrip.Selected) -> None:

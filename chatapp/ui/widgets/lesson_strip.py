@@ -8,6 +8,7 @@ from textual.reactive import var
 from chatapp import machine
 from chatapp.chat.lesson import STEPS, Facts
 from chatapp.chat.live_reply import LiveReply
+from chatapp.chat.session import ChatSession
 from chatapp.engine.protocol import ModelInfo
 from chatapp.ui.widgets.live_panel import LivePanel, LoadedModel
 
@@ -15,8 +16,10 @@ KEYS = "→ / n next · ← / p back · Esc leaves the lesson"
 
 
 class LessonStrip(LivePanel):
-    """The step shown (`index`), its text redrawn as the conversation's reply and model change;
-    hidden while the lesson is off (the `-on` class)."""
+    """The step shown (`index`), its text redrawn as the conversation's reply and model change
+    (and when the screen says its session measured something: `measured_changed`); hidden
+    while the lesson is off (the `-on` class). The steering and what was measured beside the
+    replies (the lens, the meter, the compare) are read from `session`."""
 
     DEFAULT_CSS = """
     LessonStrip { display: none; height: auto; max-height: 9; border: round $accent;
@@ -26,8 +29,9 @@ class LessonStrip(LivePanel):
 
     index: var[int] = var(0)
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, session: ChatSession, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.session = session
         self.info: ModelInfo | None = None
         self.ceilings: dict | None = None
         self.memory: int | None = None
@@ -53,8 +57,18 @@ class LessonStrip(LivePanel):
     def watch_index(self) -> None:
         self.refresh(layout=True)
 
+    def measured_changed(self) -> None:
+        """The session's steering, lens, meter or compare changed: the text again."""
+        self.refresh(layout=True)
+
     def facts(self) -> Facts:
-        return Facts(self.info, self.reply, self.ceilings, self.memory)
+        s = self.session
+        found = s.measured
+        return Facts(
+            self.info, self.reply, self.ceilings, self.memory,
+            steering=s.steering, steered=s.last_steering,
+            lens=found.lens, meter=found.meter, compare=found.compare,
+        )  # fmt: skip
 
     def render(self) -> Text:
         step = STEPS[self.index]

@@ -63,6 +63,9 @@ class SteerPanel(VerticalScroll):
         vector: SteerVector | None
         note: str = ""
 
+    class Changed(Message):
+        """The steering was handed to the session (a slider moved, a vector taken off)."""
+
     @dataclass
     class Metered(Message):
         """The concept meter of the reply's text, or why not."""
@@ -246,6 +249,7 @@ class SteerPanel(VerticalScroll):
         shown = ", ".join(f"{v.name} {v.strength:+.2f}" for v in self.vectors) or "none"
         when = "sent: applies from the next token…" if live else "applies to the next reply"
         self.say(f"{shown} · {when}")
+        self.post_message(self.Changed())
 
     def applied(self, event: SteeringApplied) -> None:
         """The engine says from which token of the reply the new steering counts."""
