@@ -276,23 +276,31 @@ async def grammar_shot() -> None:
         app.save_screenshot(str(OUT / "grammar-cut.svg"))
 
 
+async def add_vector(pilot, app: ChatApp, name: str):
+    """The Steer tab (alt+v): the built-in vector `name` added (made in a worker the first
+    time, then kept); its SteerPanel once the strength slider is there."""
+    from textual.widgets import Select
+
+    from chatapp.ui.widgets.steer_panel import SteerPanel
+
+    await wait_until(pilot, lambda: app.slot.engine is not None)
+    await pilot.press("alt+v")
+    panel = app.query_one(SteerPanel)
+    await wait_until(pilot, lambda: bool(panel.query("#steer-choice")))
+    panel.query_one("#steer-choice", Select).value = name
+    await pilot.click("#steer-add")
+    await wait_until(pilot, lambda: bool(panel.query("#steer-strength-0")))
+    return panel
+
+
 async def steering_shot() -> None:
     """A greedy reply bending where the happy slider moved to -4 (sad) mid-way: the Tokens tab marks
     the first token computed with it (▸), coloured by the concept meter of the reply."""
-    from textual.widgets import Select
-
     from chatapp.ui.widgets.sampler import Slider
-    from chatapp.ui.widgets.steer_panel import SteerPanel
 
     app = greedy_app(240)  # long enough that the slider moves while it streams
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.slot.engine is not None)
-        await pilot.press("alt+v")
-        panel = app.query_one(SteerPanel)
-        await wait_until(pilot, lambda: bool(panel.query("#steer-choice")))
-        panel.query_one("#steer-choice", Select).value = "happy"
-        await pilot.click("#steer-add")
-        await wait_until(pilot, lambda: bool(panel.query("#steer-strength-0")))
+        panel = await add_vector(pilot, app, "happy")
         pane(app).session.ignore_eos = True
         app.query_one("#prompt").cursor_blink = False
         app.query_one("#prompt").text = "Tell me about your day at the park."
@@ -338,23 +346,55 @@ async def limits_shot() -> None:
             app.save_screenshot(str(OUT / name))
 
 
+LESSON_THEMES = (("chatapp-dark", SIZE, ""), ("chatapp-light", SIZE, "-light"))
+
+
 async def lesson_shot() -> None:
-    """The lesson at its "stream" and "gpu" steps after a reply (120x40 and 80x24)."""
+    """Every step of the lesson, its panel showing this run's numbers: a reply steered by a
+    vector made here (the Steer tab), the logit lens run on its ' Paris' (the Inside tab), the
+    ceilings measured (the Limits tab). Dark and light at the screenshot size, and dark at
+    80x24: lesson-<N>-<id>[-light|-80x24].svg."""
+    from textual.widgets import TabbedContent
+
     from chatapp import ceilings, cpus, machine
+    from chatapp.ui.widgets.inside import InsidePanel
+    from chatapp.ui.widgets.sampler import Slider
 
     if machine.saved_ceilings() is None:
         machine.remember_ceilings(ceilings.measure(cpus.usable_cpus()).to_dict())
-    for size, suffix in (((120, 40), ""), ((80, 24), "-80x24")):
-        app = greedy_app(120)
-        async with app.run_test(size=size) as pilot:
-            await ask(pilot, app, "Tell me about the moon in a few sentences.")
-            app.chat_screen.lesson.start(0)  # (alt+e: where it stopped)
-            for step in range(7):
-                await pilot.press("right")
-                await pilot.pause(0.3)
-                if step in (1, 5):  # the steps "stream" and "gpu"
-                    app.clear_notifications()
-                    app.save_screenshot(str(OUT / f"lesson-{step + 2}{suffix}.svg"))
+    for old in OUT.glob("lesson-*.svg"):
+        old.unlink()
+    app = greedy_app(100)
+    async with app.run_test(size=SIZE) as pilot:
+        panel = await add_vector(pilot, app, "happy")
+        panel.query_one("#steer-strength-0", Slider).focus()
+        await pilot.press("right", "right", "right")  # a gentle lean: the reply stays sound
+        await ask(pilot, app, "What is the capital of France? Answer in a few sentences.")
+        tokens = pane(app).last_reply.tokens
+        paris = [i for i, t in enumerate(tokens) if b"Paris" in t.piece]
+        app.query_one("#reply-tokens", TokenStrip).cursor = paris[0] if paris else 0
+        app.query_one(TabbedContent).active = "tab-inside"
+        inside = app.query_one(InsidePanel)
+        await wait_until(pilot, lambda: inside.inspection is not None)
+        for theme, size, suffix in (*LESSON_THEMES, ("chatapp-dark", (80, 24), "-80x24")):
+            app.theme = theme
+            await pilot.resize_terminal(*size)
+            await walk_the_lesson(pilot, app, suffix)
+
+
+async def walk_the_lesson(pilot, app: ChatApp, suffix: str) -> None:
+    """The lesson from its first step, by its key (→), a picture of each step."""
+    from chatapp.chat import lesson
+
+    app.query_one("#prompt").focus()  # empty: → steps the lesson
+    app.chat_screen.lesson.start(0)
+    for i, step in enumerate(lesson.STEPS):
+        if i:
+            await pilot.press("right")
+        await pilot.pause(0.4)
+        app.clear_notifications()
+        await pilot.pause(0.1)
+        app.save_screenshot(str(OUT / f"lesson-{i + 1}-{step.id}{suffix}.svg"))
 
 
 SHOTS = {
