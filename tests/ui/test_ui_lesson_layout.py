@@ -4,13 +4,32 @@ side (the scripted engine: these are places on the screen, not the step's number
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
-from helpers import chat_app, pane, send, wait_until
+from fakes.engines import ScriptedEngine
+from helpers import pane, send, wait_until
 from textual.geometry import Region
+from textual.widgets import Input
 from textual.widget import Widget
 
 from chatapp.chat import lesson
+from chatapp.engine.protocol import LoadOptions
+from chatapp.models.bundled import smollm2_path
+from chatapp.ui.app import ChatApp
 from chatapp.ui.widgets.lesson_strip import LessonStrip
+from chatapp.ui.widgets.sampler import Slider
+
+
+class LimitsEngine(ScriptedEngine):
+    """The scripted engine with the Limits tab: every step's panel is there."""
+
+    capabilities = replace(ScriptedEngine.capabilities, limits=True)
+
+
+def _app() -> ChatApp:
+    options = LoadOptions(model_path=str(smollm2_path()))
+    return ChatApp(lambda: LimitsEngine(), options=options)
 
 
 def _shown(widget: Widget) -> bool:
@@ -49,7 +68,7 @@ async def _lesson(pilot, app) -> LessonStrip:
 
 
 async def test_at_80x24_each_step_shows_its_panel_alone_above_the_message_box(fresh_dirs):
-    app = chat_app()
+    app = _app()
     async with app.run_test(size=(80, 24)) as pilot:
         strip = await _lesson(pilot, app)
         prompt, others = app.query_one("#prompt"), ("#stats", "#tabs", "#sampler")
@@ -61,12 +80,24 @@ async def test_at_80x24_each_step_shows_its_panel_alone_above_the_message_box(fr
             assert _apart(strip.region, panel.region, prompt.region), step.id
             shown = [name for name in others if app.query_one(name).display]
             assert shown == (["#stats"] if step.panel == "stats" else ["#tabs"]), step.id
+            if step.id == "tokens":  # its sentence box types n and p: they are not the lesson's
+                box = app.query_one("#tokenizer-input", Input)
+                box.focus()
+                await pilot.press("n", "p")
+                assert box.value.endswith("np") and strip.index == i
+                prompt.focus()
             await pilot.press("n")
             await pilot.pause()
         await pilot.press("f6")  # the sampler, in the panel's place
         await pilot.pause()
         assert _shown(app.query_one("#sampler")) and not app.query_one("#stats").display
         assert _shown(prompt)
+        slider = app.query_one("#slider-temperature", Slider)
+        before = slider.value
+        assert app.focused is slider
+        await pilot.press("left")  # the slider's key, not the lesson's
+        await pilot.pause()
+        assert slider.value < before and strip.index == len(lesson.STEPS) - 1
         await pilot.press("escape")  # from the sampler: its slider has the focus
         await pilot.pause()
         assert not strip.display and _shown(app.query_one("#chat")) and _shown(prompt)
@@ -74,7 +105,7 @@ async def test_at_80x24_each_step_shows_its_panel_alone_above_the_message_box(fr
 
 @pytest.mark.parametrize("size", [(120, 40), (200, 60)])
 async def test_wide_the_text_the_chat_and_the_panel_are_all_in_sight(fresh_dirs, size):
-    app = chat_app()
+    app = _app()
     async with app.run_test(size=size) as pilot:
         strip = await _lesson(pilot, app)
         chat = app.query_one("#chat")
