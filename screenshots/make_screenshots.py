@@ -352,9 +352,9 @@ LESSON_THEMES = (("chatapp-dark", SIZE, ""), ("chatapp-light", SIZE, "-light"))
 
 async def lesson_shot() -> None:
     """Every step of the lesson, its panel showing this run's numbers: after a reply, the
-    logit lens run on a word it was sure of (the Inside tab), a vector made and set (the Steer tab), the
-    ceilings measured (the Limits tab). Dark and light at the screenshot size, and dark at
-    80x24: lesson-<N>-<id>[-light|-80x24].svg."""
+    logit lens run on a word it was sure of (the Inside tab), a vector made and set (the Steer
+    tab), the ceilings measured (the Limits tab). Dark and light at the screenshot size, and
+    dark at 80x24: lesson-<N>-<id>[-light|-80x24].svg."""
     from textual.widgets import TabbedContent
 
     from chatapp import ceilings, cpus, machine
@@ -408,14 +408,12 @@ async def walk_the_lesson(pilot, app: ChatApp, suffix: str, cursor: dict[str, in
 def sure_word(tokens) -> int:
     """A word of the reply (not its first) the model was sure of: where the logit lens shows
     the guess sharpen over the last layers (0 where there is none)."""
-    return next(
-        (
-            i
-            for i, t in enumerate(tokens)
-            if i and (t.logprob or -9) > -0.1 and t.piece[:1] == b" " and t.piece[1:].isalpha() and len(t.piece) > 4
-        ),
-        0,
+    words = (
+        i
+        for i, t in enumerate(tokens)
+        if i and t.piece[:1] == b" " and len(t.piece) > 4 and t.piece[1:].isalpha()
     )
+    return next((i for i in words if (tokens[i].logprob or -9.0) > -0.1), 0)
 
 
 def last_layers_in_sight(app: ChatApp) -> None:

@@ -10,8 +10,8 @@ import pytest
 from fakes.engines import ScriptedEngine
 from helpers import pane, send, wait_until
 from textual.geometry import Region
-from textual.widgets import Input
 from textual.widget import Widget
+from textual.widgets import Input
 
 from chatapp.chat import lesson
 from chatapp.engine.protocol import LoadOptions
@@ -54,9 +54,7 @@ def _panel(app, step: lesson.Step) -> Widget:
 
 
 def _apart(*regions: Region) -> bool:
-    return all(
-        not a.overlaps(b) for i, a in enumerate(regions) for b in regions[i + 1 :]
-    )
+    return all(not a.overlaps(b) for i, a in enumerate(regions) for b in regions[i + 1 :])
 
 
 async def _lesson(pilot, app) -> LessonStrip:
