@@ -49,6 +49,7 @@ async def ask(pilot, app: ChatApp, text: str) -> None:
     app.query_one("#prompt").cursor_blink = False
     await wait_until(pilot, lambda: app.slot.engine is not None)
     app.query_one("#prompt").text = text
+    app.query_one("#prompt").focus()
     await pilot.press("enter")
     await wait_until(pilot, lambda: pane(app).reply is None and pane(app).last_reply is not None)
 
@@ -276,23 +277,31 @@ async def grammar_shot() -> None:
         app.save_screenshot(str(OUT / "grammar-cut.svg"))
 
 
+async def add_vector(pilot, app: ChatApp, name: str):
+    """The Steer tab (alt+v): the built-in vector `name` added (made in a worker the first
+    time, then kept); its SteerPanel once the strength slider is there."""
+    from textual.widgets import Select
+
+    from chatapp.ui.widgets.steer_panel import SteerPanel
+
+    await wait_until(pilot, lambda: app.slot.engine is not None)
+    await pilot.press("alt+v")
+    panel = app.query_one(SteerPanel)
+    await wait_until(pilot, lambda: bool(panel.query("#steer-choice")))
+    panel.query_one("#steer-choice", Select).value = name
+    await pilot.click("#steer-add")
+    await wait_until(pilot, lambda: bool(panel.query("#steer-strength-0")))
+    return panel
+
+
 async def steering_shot() -> None:
     """A greedy reply bending where the happy slider moved to -4 (sad) mid-way: the Tokens tab marks
     the first token computed with it (▸), coloured by the concept meter of the reply."""
-    from textual.widgets import Select
-
     from chatapp.ui.widgets.sampler import Slider
-    from chatapp.ui.widgets.steer_panel import SteerPanel
 
     app = greedy_app(240)  # long enough that the slider moves while it streams
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.slot.engine is not None)
-        await pilot.press("alt+v")
-        panel = app.query_one(SteerPanel)
-        await wait_until(pilot, lambda: bool(panel.query("#steer-choice")))
-        panel.query_one("#steer-choice", Select).value = "happy"
-        await pilot.click("#steer-add")
-        await wait_until(pilot, lambda: bool(panel.query("#steer-strength-0")))
+        panel = await add_vector(pilot, app, "happy")
         pane(app).session.ignore_eos = True
         app.query_one("#prompt").cursor_blink = False
         app.query_one("#prompt").text = "Tell me about your day at the park."
@@ -338,23 +347,92 @@ async def limits_shot() -> None:
             app.save_screenshot(str(OUT / name))
 
 
+LESSON_THEMES = (("chatapp-dark", SIZE, ""), ("chatapp-light", SIZE, "-light"))
+
+
 async def lesson_shot() -> None:
-    """The lesson at its "stream" and "gpu" steps after a reply (120x40 and 80x24)."""
+    """Every step of the lesson, its panel showing this run's numbers: after a reply, the
+    logit lens run on a word it was sure of (the Inside tab), a vector made and set (the Steer
+    tab), the ceilings measured (the Limits tab). Dark and light at the screenshot size, and
+    dark at 80x24: lesson-<N>-<id>[-light|-80x24].svg."""
+    from textual.widgets import TabbedContent
+
     from chatapp import ceilings, cpus, machine
+    from chatapp.ui.widgets.inside import InsidePanel
+    from chatapp.ui.widgets.sampler import Slider
 
     if machine.saved_ceilings() is None:
         machine.remember_ceilings(ceilings.measure(cpus.usable_cpus()).to_dict())
-    for size, suffix in (((120, 40), ""), ((80, 24), "-80x24")):
-        app = greedy_app(120)
-        async with app.run_test(size=size) as pilot:
-            await ask(pilot, app, "Tell me about the moon in a few sentences.")
-            app.chat_screen.lesson.start(0)  # (alt+e: where it stopped)
-            for step in range(7):
-                await pilot.press("right")
-                await pilot.pause(0.3)
-                if step in (1, 5):  # the steps "stream" and "gpu"
-                    app.clear_notifications()
-                    app.save_screenshot(str(OUT / f"lesson-{step + 2}{suffix}.svg"))
+    for old in OUT.glob("lesson-*.svg"):
+        old.unlink()
+    app = greedy_app(100)
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot, app, "Tell me about Paris, the capital of France, in a few sentences.")
+        lens_at = sure_word(pane(app).last_reply.tokens)
+        app.query_one("#reply-tokens", TokenStrip).cursor = lens_at
+        app.query_one(TabbedContent).active = "tab-inside"
+        inside = app.query_one(InsidePanel)
+        await wait_until(pilot, lambda: inside.inspection is not None)
+        panel = await add_vector(pilot, app, "happy")
+        panel.query_one("#steer-strength-0", Slider).focus()
+        await pilot.press("right", "right", "right")  # in use from the next reply
+        # The probs step's text is about the reply's first token; the lens looked at a word.
+        cursor = {"tokens": 0, "probs": 0, "inside": lens_at}
+        for theme, size, suffix in (*LESSON_THEMES, ("chatapp-dark", (80, 24), "-80x24")):
+            app.theme = theme
+            await pilot.resize_terminal(*size)
+            await walk_the_lesson(pilot, app, suffix, cursor)
+
+
+async def walk_the_lesson(pilot, app: ChatApp, suffix: str, cursor: dict[str, int]) -> None:
+    """The lesson from its first step, by its key (→), a picture of each step (the token
+    strip's cursor where `cursor` names the step)."""
+    from chatapp.chat import lesson
+
+    app.query_one("#prompt").focus()  # empty: → steps the lesson
+    app.chat_screen.lesson.start(0)
+    for i, step in enumerate(lesson.STEPS):
+        if step.id in cursor:  # before its tab opens: the Inside tab looks at it when shown
+            app.query_one("#reply-tokens", TokenStrip).cursor = cursor[step.id]
+        if i:
+            await pilot.press("right")
+        await pilot.pause(0.4)
+        if step.id == "inside":
+            last_layers_in_sight(app)
+            await pilot.pause(0.2)
+        app.clear_notifications()
+        await pilot.pause(0.1)
+        app.save_screenshot(str(OUT / f"lesson-{i + 1}-{step.id}{suffix}.svg"))
+
+
+def sure_word(tokens) -> int:
+    """A word of the reply (not its first) the model was sure of: where the logit lens shows
+    the guess sharpen over the last layers (0 where there is none)."""
+    words = (
+        i
+        for i, t in enumerate(tokens)
+        if i and t.piece[:1] == b" " and len(t.piece) > 4 and t.piece[1:].isalpha()
+    )
+    return next((i for i in words if (tokens[i].logprob or -9.0) > -0.1), 0)
+
+
+def last_layers_in_sight(app: ChatApp) -> None:
+    """The Inside tab scrolled so that the logit lens's last rows, where the answer forms, end
+    its view (its rows wrap at the tab's width)."""
+    from textual.widgets import Static
+
+    from chatapp.ui.widgets.inside import InsidePanel
+
+    panel = app.query_one(InsidePanel)
+    body = panel.query_one("#inside-body", Static)
+    if panel.inspection is None:
+        return
+    lines = panel.render_inspection(panel.inspection).wrap(app.console, body.content_size.width)
+    final = next((i for i, line in enumerate(lines) if line.plain.startswith("final")), 0)
+    bottom = body.virtual_region.y + final + 2  # (its row may wrap to a second line)
+    panel.scroll_to(
+        y=max(0, bottom - panel.scrollable_content_region.height), animate=False, force=True
+    )
 
 
 SHOTS = {

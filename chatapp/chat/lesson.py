@@ -23,8 +23,8 @@ from chatapp.textsafe import token_display
 
 LESSON_FILE = "lesson.json"
 SEND_FIRST = (
-    "Send a message first (F3 brings the chat where the panels cover it): this step's "
-    "numbers come from it."
+    "Send a message first (the box at the bottom; F3 shows the chat): this step's numbers "
+    "come from it."
 )
 
 

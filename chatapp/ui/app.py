@@ -41,8 +41,9 @@ class ChatApp(LiteralApp):
 
     CSS_PATH = "app.tcss"
     TITLE = "chatapp"
-    # Screen classes for app.tcss: narrow, the chat and the panels in turn; short, no sparkline.
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    # Screen classes for app.tcss: narrow, the chat and the panels in turn; broad, the lesson's
+    # text a column of its own; short, no sparkline.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide"), (160, "-broad")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
 
     def __init__(

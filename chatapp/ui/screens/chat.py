@@ -140,9 +140,9 @@ class ChatScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield LessonStrip(self.session, id="lesson")
         with Horizontal(id="main"):
             yield self.pane
+            yield LessonStrip(self.session, id="lesson")  # docked atop #main; from 160 columns, a column
             with Vertical(id="side"):
                 stats = StatsPanel(id="stats")
                 stats.border_title = "Speed"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from textual.screen import Screen
-from textual.widgets import TabbedContent
+from textual.widgets import Input, TabbedContent, TextArea
 
 from chatapp.chat import lesson
 from chatapp.ui.prompt_input import PromptInput
@@ -15,7 +15,10 @@ FREE_KEYS = frozenset({"n", "p"})  # the lesson's letters, typed into an empty m
 
 class LessonView:
     """The lesson over a chat screen's panels: its keys name these methods (`lesson('next')`);
-    `begin_at`, set before the screen mounts, opens the chat at that step (`chatapp lesson`)."""
+    `begin_at`, set before the screen mounts, opens the chat at that step (`chatapp lesson`).
+    While it is on the screen has the `-lesson` class, and #side the class of the step's panel
+    (`-step-stats` or `-step-tabs`): below 100 columns app.tcss shows that panel alone, above
+    the message box."""
 
     def __init__(self, screen: Screen, view: PanelView) -> None:
         self.screen = screen
@@ -35,6 +38,7 @@ class LessonView:
         strip = self.strip
         strip.read_machine()
         strip.add_class("-on")
+        self.screen.add_class("-lesson")
         self.screen.query_one("#prompt", PromptInput).free_keys = FREE_KEYS
         self._go(lesson.remembered() if index is None else index)
 
@@ -49,6 +53,10 @@ class LessonView:
         self.strip.index = index
         lesson.remember(index)
         panel = lesson.STEPS[index].panel
+        side = self.screen.query_one("#side")
+        side.set_class(panel == "stats", "-step-stats")
+        side.set_class(panel.startswith("tab-"), "-step-tabs")
+        side.remove_class("-sampler")  # (F6 showed it in place of the step's panel)
         self.view.show_panels()
         if panel.startswith("tab-"):
             self.screen.query_one(TabbedContent).active = panel
@@ -58,13 +66,23 @@ class LessonView:
         if not self.on:
             return False
         self.strip.remove_class("-on")
+        self.screen.remove_class("-lesson")
         self.screen.query_one("#prompt", PromptInput).free_keys = frozenset()
         self.view.back_to_the_chat()
         return True
 
     def keys_free(self) -> bool:
-        """→ ← n p step the lesson only while it is on and they would type nothing."""
+        """→ ← n p step the lesson only while it is on and they would do nothing else: in the
+        message box while it is empty; never in another box (the Tokens tab's sentence) nor
+        in a widget that takes ← → itself (a slider after F6, the token strip, the tabs)."""
         if not self.on:
             return False
-        prompt = self.screen.query_one("#prompt")
-        return self.screen.focused is not prompt or not getattr(prompt, "text", "")
+        focused, prompt = self.screen.focused, self.screen.query_one("#prompt")
+        if focused is None:
+            return True
+        if focused is prompt:
+            return not getattr(prompt, "text", "")
+        if isinstance(focused, (Input, TextArea)):
+            return False
+        keys = focused._bindings.key_to_bindings
+        return "left" not in keys and "right" not in keys

@@ -99,4 +99,5 @@ class PanelView:
 
     def focus_sampler(self) -> None:
         self.show_panels()  # narrow: once the panels are laid out, the focus scrolls to it
+        self.screen.query_one("#side").add_class("-sampler")  # (the lesson: in its panel's place)
         self.screen.call_after_refresh(self.screen.query_one("#slider-temperature").focus)
