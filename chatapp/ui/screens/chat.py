@@ -142,7 +142,8 @@ class ChatScreen(Screen):
         yield Header()
         with Horizontal(id="main"):
             yield self.pane
-            yield LessonStrip(self.session, id="lesson")  # docked atop #main; from 160 columns, a column
+            # (docked atop #main; from 160 columns, a column)
+            yield LessonStrip(self.session, id="lesson")
             with Vertical(id="side"):
                 stats = StatsPanel(id="stats")
                 stats.border_title = "Speed"
