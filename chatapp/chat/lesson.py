@@ -133,8 +133,8 @@ def _inside(f: Facts) -> str:
         depths = f"each of the {f.info.n_layers} layers" if f.info else "each layer"
         return (
             f"The logit lens reads the model's guess after {depths}, as if it stopped there. "
-            "Send a message, then press r in this tab: the lens runs on the reply's last token "
-            "(or on the one selected in the Tokens tab)."
+            "After a reply it runs when this tab opens, on the reply's last token (or the one "
+            "selected in the Tokens tab); r runs it again."
         )
     if not found.lens_ok or len(found.layers) < 3:
         return f"The lens could not read the layers: {found.lens_note or 'none came back'}"

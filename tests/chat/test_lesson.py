@@ -125,7 +125,7 @@ def _text(step: str, facts: lesson.Facts) -> str:
 
 def test_the_inside_step_quotes_the_lens_and_before_it_says_what_to_do():
     before = _text("inside", lesson.Facts(INFO, _reply()))
-    assert "30 layers" in before and "Send a message, then press r in this tab" in before
+    assert "30 layers" in before and "After a reply it runs when this tab opens" in before
     text = _text("inside", lesson.Facts(INFO, _reply(), lens=_lens()))
     assert "' blue'" in text and "position 6" in text
     assert "top token at layer 2 of 4" in text

@@ -101,7 +101,7 @@ async def test_the_inside_step_quotes_the_lens_run_in_the_inside_tab(model_path,
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.slot.engine is not None, 60)
         await _lesson_at(pilot, app, "inside")
-        assert "Send a message, then press r in this tab" in " ".join(_shown(app).split())
+        assert "After a reply it runs when this tab opens" in " ".join(_shown(app).split())
         await _one_reply(pilot, app, "Name three colours.")
         inside = app.query_one(InsidePanel)
         inside.focus()

@@ -78,8 +78,11 @@ async def test_at_80x24_each_step_shows_its_panel_alone_above_the_message_box(fr
             assert _apart(strip.region, panel.region, prompt.region), step.id
             shown = [name for name in others if app.query_one(name).display]
             assert shown == (["#stats"] if step.panel == "stats" else ["#tabs"]), step.id
+            if step.id == "probs":  # the text is about the reply's first token: the panel too
+                assert app.query_one("#reply-tokens").cursor == 0
             if step.id == "tokens":  # its sentence box types n and p: they are not the lesson's
                 box = app.query_one("#tokenizer-input", Input)
+                assert _shown(box)  # (below the reply's tokens: scrolled into sight)
                 box.focus()
                 await pilot.press("n", "p")
                 assert box.value.endswith("np") and strip.index == i
@@ -118,3 +121,19 @@ async def test_wide_the_text_the_chat_and_the_panel_are_all_in_sight(fresh_dirs,
                 assert strip.region.bottom <= min(chat.region.y, panel.region.y), step.id
             await pilot.press("n")
             await pilot.pause()
+
+
+async def test_a_step_reads_the_ceilings_measured_since_the_lesson_began(fresh_dirs):
+    """The tune on first use measures the machine's ceilings while the lesson is on: the gpu
+    step quotes them when it is reached, not only those known when the lesson began."""
+    from chatapp import machine
+
+    app = _app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        strip = await _lesson(pilot, app)
+        assert machine.saved_ceilings() is None
+        machine.remember_ceilings({"mem_read_gbps": 12.5, "gflops": 90.0})
+        while lesson.STEPS[strip.index].id != "gpu":
+            await pilot.press("n")
+            await pilot.pause()
+        assert "reads memory at 12 GB/s" in " ".join(strip.render().plain.split())

@@ -9,6 +9,7 @@ from chatapp.chat import lesson
 from chatapp.ui.prompt_input import PromptInput
 from chatapp.ui.screens.panel_view import PanelView
 from chatapp.ui.widgets.lesson_strip import LessonStrip
+from chatapp.ui.widgets.tokens import TokenStrip
 
 FREE_KEYS = frozenset({"n", "p"})  # the lesson's letters, typed into an empty message box
 
@@ -50,9 +51,11 @@ class LessonView:
 
     def _go(self, index: int) -> None:
         index = max(0, min(len(lesson.STEPS) - 1, index))
+        self.strip.read_machine()  # (the tune on first use may have measured the ceilings)
         self.strip.index = index
         lesson.remember(index)
-        panel = lesson.STEPS[index].panel
+        step = lesson.STEPS[index]
+        panel = step.panel
         side = self.screen.query_one("#side")
         side.set_class(panel == "stats", "-step-stats")
         side.set_class(panel.startswith("tab-"), "-step-tabs")
@@ -60,6 +63,12 @@ class LessonView:
         self.view.show_panels()
         if panel.startswith("tab-"):
             self.screen.query_one(TabbedContent).active = panel
+        if step.id == "probs":  # its text is about the reply's first token: so is the panel
+            reply = self.screen.query_one("#reply-tokens", TokenStrip)
+            if reply.tokens:
+                reply.cursor = 0
+        elif step.id == "tokens":  # the sentence box in sight (at 80x24 it is below the fold)
+            self.screen.query_one("#tokenizer-input").scroll_visible(animate=False)
 
     def leave(self) -> bool:
         """Esc: the lesson off, the chat as it was (False where the lesson is not on)."""
