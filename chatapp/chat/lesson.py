@@ -222,6 +222,11 @@ def _gpu(f: Facts) -> str:
                 "This machine's ceilings are not measured yet: run `chatapp machine` "
                 "(under 3 s), then send a message."
             )
+        if f.reply is not None and f.reply.finished is not None:  # it came before them
+            return (
+                f"This machine reads memory at {peak:.0f} GB/s (measured since your last "
+                "reply): send another message to see a reply's bytes per token against it."
+            )
         return f"This machine reads memory at {peak:.0f} GB/s (measured). " + SEND_FIRST
     ceilings = ", ".join(
         f"{d.name.split(' (')[0]} {d.bandwidth_gbps * GB / lim.bytes_per_token:,.0f} t/s"

@@ -193,3 +193,15 @@ def test_each_text_fits_the_strip_at_80_columns():
     for step in lesson.STEPS:
         for shown in (step.text(facts), step.text(lesson.Facts(INFO))):
             assert len(textwrap.wrap(shown, 76)) <= 4, (step.id, shown)
+
+
+def test_a_reply_before_the_ceilings_asks_for_another():
+    """The first reply of a fresh install can end before the tune on first use measured the
+    ceilings: the gpu step says to send another message, not to send a first one."""
+    reply = _reply()
+    reply.limits = None
+    text = lesson.STEPS[lesson.step_index("gpu")].text(
+        lesson.Facts(INFO, reply, {"mem_read_gbps": 30.4})
+    )
+    assert "30 GB/s" in text and "send another message" in text
+    assert "Send a message first" not in text
