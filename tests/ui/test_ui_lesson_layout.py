@@ -53,6 +53,15 @@ def _panel(app, step: lesson.Step) -> Widget:
     return app.query_one("#stats" if step.panel == "stats" else f"#{step.panel}")
 
 
+def _in_sight(widget: Widget) -> bool:
+    """Whole inside the visible part of each scrolling container above it."""
+    return _shown(widget) and all(
+        node.region.contains_region(widget.region)
+        for node in widget.ancestors
+        if isinstance(node, Widget) and node.is_scrollable and node.region.area
+    )
+
+
 def _apart(*regions: Region) -> bool:
     return all(not a.overlaps(b) for i, a in enumerate(regions) for b in regions[i + 1 :])
 
@@ -82,7 +91,8 @@ async def test_at_80x24_each_step_shows_its_panel_alone_above_the_message_box(fr
                 assert app.query_one("#reply-tokens").cursor == 0
             if step.id == "tokens":  # its sentence box types n and p: they are not the lesson's
                 box = app.query_one("#tokenizer-input", Input)
-                assert _shown(box)  # (below the reply's tokens: scrolled into sight)
+                await pilot.pause()
+                assert _in_sight(box)  # (below the reply's tokens: scrolled into sight)
                 box.focus()
                 await pilot.press("n", "p")
                 assert box.value.endswith("np") and strip.index == i

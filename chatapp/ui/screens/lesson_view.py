@@ -68,7 +68,8 @@ class LessonView:
             if reply.tokens:
                 reply.cursor = 0
         elif step.id == "tokens":  # the sentence box in sight (at 80x24 it is below the fold)
-            self.screen.query_one("#tokenizer-input").scroll_visible(animate=False)
+            box = self.screen.query_one("#tokenizer-input")
+            self.screen.call_after_refresh(box.scroll_visible, animate=False)
 
     def leave(self) -> bool:
         """Esc: the lesson off, the chat as it was (False where the lesson is not on)."""

@@ -250,7 +250,7 @@ class TokenPanel(LivePanel, Vertical):
     the strip, a reply other than the one drawn replaces it (and its prompt, when it has one)."""
 
     DEFAULT_CSS = """
-    TokenPanel { height: 1fr; }
+    TokenPanel { height: 1fr; overflow-y: auto; }
     TokenPanel > .title { height: 1; color: $text-muted; }
     TokenPanel > #token-info { height: auto; color: $text; background: $boost; padding: 0 1; }
     TokenPanel > #tokenizer-input { margin-top: 1; }
