@@ -10,9 +10,11 @@ from textual.widgets import TabbedContent
 from chatapp import ceilings, machine
 from chatapp.chat import lesson
 from chatapp.chat.live_reply import LiveReply
+from chatapp.chat.recorder import ChatHistory
 from chatapp.config import Config
 from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
+from chatapp.history.store import Store
 from chatapp.stats_text import decode_text, ms_text
 from chatapp.textsafe import token_display
 from chatapp.ui.app import ChatApp
@@ -40,6 +42,8 @@ async def test_the_lesson_walks_its_steps_with_this_runs_numbers(
     monkeypatch.setattr(ceilings, "READ_BUFFER_MIB", 64)
     machine.remember_ceilings(ceilings.measure(2).to_dict())
     app = _app(model_path)
+    store = Store(fresh_dirs / "history.db")
+    pane(app).session.history = ChatHistory(store, app._warn)  # (as `chatapp lesson` has)
     async with app.run_test(size=size) as pilot:
         await submit(pilot, app, "Name three colours.")
         await wait_until(pilot, lambda: pane(app).last_reply is not None, 120)
@@ -81,6 +85,10 @@ async def test_the_lesson_walks_its_steps_with_this_runs_numbers(
         assert not app.query_one(LessonStrip).display
         assert pane(app).last_reply is not None  # the conversation is kept
         assert len(pane(app).session.messages()) >= 2
+    (conv,) = store.list_conversations()  # ... and in the history, as any chat's
+    saved = store.messages(conv.id)
+    assert [m.role for m in saved] == ["user", "assistant"]
+    assert saved[0].text == "Name three colours." and saved[1].status == "complete"
 
 
 async def _lesson_at(pilot, app: ChatApp, step: str) -> None:
