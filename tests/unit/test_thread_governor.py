@@ -177,6 +177,24 @@ def test_a_busy_reading_of_a_program_that_just_ended_does_not_slow_the_prompt():
     assert asked == []  # a quiet reading costs the reply no wait
 
 
+def test_a_reply_that_starts_busy_takes_no_step_on_every_thread():
+    """Beside a program that keeps a core busy, one decode on both threads took 1-3.5 s (the
+    graph's barriers wait for a thread pushed off its core) against 12 ms on one: a busy
+    start no longer times a step at the count before to compare."""
+    now = [0.0]
+    counts: list[int] = []
+    gov = ThreadGovernor(
+        2, counts.append, others=lambda: 1.0, others_now=lambda: 1.0, clock=lambda: now[0]
+    )
+    gov.before_prefill()
+    gov.after_prefill()
+    for index in range(1, 200):  # 2.4 s of a reply, the other program busy throughout
+        now[0] += 0.012
+        gov.step(0.012, index)
+    assert set(counts) == {1}
+    assert [(s.index, s.threads, s.why) for s in gov.switches] == [(0, 1, "busy")]
+
+
 def test_the_load_watch_reads_the_moment_after_a_program_ends():
     """`fresh()` ends the interval under way unread and reads only the span after it: a
     program that used a core before the call counts for nothing."""

@@ -108,9 +108,9 @@ class ThreadGovernor:
 
     def before_prefill(self) -> None:
         """A reply starts: read the machine now and start from the count it suits. Another
-        program busy: the prompt runs one thread short (a 2-core box with one core taken
-        evaluates a prompt ~3-8x faster on 1 thread than on 2) and the decode starts there,
-        on trial; the cores free again: back to the most, whatever the last reply ended on."""
+        program busy (still, by a fresh reading): the prompt and the decode run one thread
+        short (a 2-core box with one core taken evaluates a prompt ~3-8x faster on 1 thread
+        than on 2); the cores free again: back to the most, whatever the last reply ended on."""
         if self._probe is not None:  # a trial left over from the last reply says nothing now
             self._set_quietly(self._probe.before)
             self._probe = None
@@ -122,7 +122,12 @@ class ThreadGovernor:
         self._next_hint = now + HINT_EVERY_S
         if self._busy():
             if self.threads == self.most and self.most > 1:
-                self._start(self.most - 1, 0, "busy", backed=True)
+                # Kept at once, not tried against a step at the count before: beside a program
+                # that keeps a core busy, one step on every thread took 1-3.5 s (each of the
+                # graph's barriers waits for a thread the other program pushed off its core)
+                # against 12 ms on one fewer, and halved a 300-token reply's pace. A reading
+                # of free cores later tries the count back up, timed at both counts.
+                self._set(self.most - 1, 0, "busy")
         elif self._free() and self.threads < self.most:
             self._set(self.most, 0, "start")
 
