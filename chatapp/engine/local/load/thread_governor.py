@@ -79,9 +79,10 @@ class ThreadGovernor:
     """Chooses the thread count between two decodes of a reply. `apply(n)` sets it on the live
     context (llama_set_n_threads); `others()` returns the cores other programs use now (None
     where unknown; cpu_load.LoadWatch keeps it fresh across idle gaps). The count starts at
-    `most`, the tuned quiet-machine best, and only steps timed at both counts keep a change: a
-    reading only starts a probe and breaks a tie. `others_now()` reads the next moment only:
-    a reply that starts on a busy reading asks it whether the load is still there."""
+    `most`, the tuned quiet-machine best. During a reply only steps timed at both counts keep
+    a change: a reading only starts a probe and breaks a tie. A reply that starts on a busy
+    reading asks `others_now()` (the next moment only) whether the load is still there, and
+    if so starts one thread short, kept: a step at the full count would cost seconds."""
 
     most: int
     apply: Callable[[int], None]
