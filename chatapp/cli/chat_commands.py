@@ -119,7 +119,7 @@ def chat(
         problems=problems,
         compare_options=compare_options,
         steering=steering,
-        **({"lesson_step": lesson_step} if lesson_step is not None else {}),  # (the lesson only)
+        lesson_step=lesson_step,
     )
 
 

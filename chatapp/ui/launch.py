@@ -42,7 +42,10 @@ def build_app(
     problems: list[str] | None = None,
     compare_options: LoadOptions | None = None,
     steering: Steering | None = None,
+    lesson_step: int | None = None,
 ) -> ChatApp:
+    """The chat app on a local model (or a server); `lesson_step`: opened at that step of
+    the lesson (`chatapp lesson`)."""
     config = config or Config()
     remote_options = {k: v for k, v in (remote or {}).items() if v}
 
@@ -80,6 +83,7 @@ def build_app(
     )
     history.warn = app._warn
     app.chat_screen.session.steering = steering  # `chat --steer`: every reply
+    app.chat_screen.lesson.begin_at = lesson_step
     return app
 
 
@@ -146,10 +150,6 @@ def run_versus_app(
     app.run()
 
 
-def run_chat_app(
-    options: LoadOptions, server: str | None = None, lesson_step: int | None = None, **kwargs
-) -> None:
-    """Open the TUI on a local model (or a server); `lesson_step`: at that step of the lesson."""
-    app = build_app(options, server=server, **kwargs)
-    app.chat_screen.lesson.begin_at = lesson_step
-    app.run()
+def run_chat_app(options: LoadOptions, server: str | None = None, **kwargs) -> None:
+    """Open the TUI on a local model (or a server): build_app's options."""
+    build_app(options, server=server, **kwargs).run()

@@ -36,9 +36,7 @@ class LessonView:
 
     def start(self, index: int | None = None) -> None:
         """The lesson on, at `index` (None: where it stopped)."""
-        strip = self.strip
-        strip.read_machine()
-        strip.add_class("-on")
+        self.strip.add_class("-on")
         self.screen.add_class("-lesson")
         self.screen.query_one("#prompt", PromptInput).free_keys = FREE_KEYS
         self._go(lesson.remembered() if index is None else index)
