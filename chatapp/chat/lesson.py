@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +50,7 @@ class Facts:
     memory_bytes: int | None = None  # memory free for a model here
     steering: Steering | None = None  # in use now, for the next replies (the Steer tab's)
     steered: Steering | None = None  # the last reply's, with its changes (None: unsteered)
-    lens: Inspection | None = None  # the last logit lens (Measured's)
-    meter: tuple[str, Meter] | None = None  # the last concept meter: the vector's name, reading
-    compare: CompareResult | None = None  # the last comparison run (F10)
+    measured: Measured = field(default_factory=Measured)  # the last lens, meter and compare
 
 
 @dataclass(frozen=True)
@@ -128,7 +126,7 @@ def _p(p: float) -> str:
 
 
 def _inside(f: Facts) -> str:
-    found = f.lens
+    found = f.measured.lens
     if found is None:
         depths = f"each of the {f.info.n_layers} layers" if f.info else "each layer"
         return (
@@ -166,7 +164,7 @@ def _vectors(vectors: tuple[SteerVector, ...], steering: Steering) -> str:
 def _steer(f: Facts) -> str:
     last = f.steered
     if last is not None and (last.active or last.changes) and f.reply and f.reply.finished:
-        return _steered(f.reply, last, f.meter)
+        return _steered(f.reply, last, f.measured.meter)
     now = f.steering
     if now is not None and now.active:
         return (
@@ -247,12 +245,13 @@ def _fit(f: Facts) -> str:
     fits = [r.quant for r in rows if r.fits]  # (the rows go from the most bits to the fewest)
     bigger = f"a model like {name} fits at {fits[0]} or below" if fits else f"{name} fits at none"
     here = f"This model takes {gib(f.info.size_bytes)} of the {gib(f.memory_bytes)} free here; "
-    if f.compare is None:
+    compare = f.measured.compare
+    if compare is None:
         return (
             f"{here}{bigger}. Fewer bits per weight: smaller and faster, a little less exact. "
             "F10 quantizes this model in seconds and compares the files: run it, come back."
         )
-    runs = "; ".join(_run(r) for r in f.compare.runs[:MAX_RUNS])
+    runs = "; ".join(_run(r) for r in compare.runs[:MAX_RUNS])
     return f"{here}{bigger}. Your F10 compare: {runs}."
 
 

@@ -126,7 +126,7 @@ def _text(step: str, facts: lesson.Facts) -> str:
 def test_the_inside_step_quotes_the_lens_and_before_it_says_what_to_do():
     before = _text("inside", lesson.Facts(INFO, _reply()))
     assert "30 layers" in before and "After a reply it runs when this tab opens" in before
-    text = _text("inside", lesson.Facts(INFO, _reply(), lens=_lens()))
+    text = _text("inside", lesson.Facts(INFO, _reply(), measured=lesson.Measured(lens=_lens())))
     assert "' blue'" in text and "position 6" in text
     assert "top token at layer 2 of 4" in text
     assert "0.20 at layer 2 and 0.80 at layer 4" in text
@@ -135,7 +135,7 @@ def test_the_inside_step_quotes_the_lens_and_before_it_says_what_to_do():
 
 def test_the_inside_step_says_when_the_lens_could_not_read_the_layers():
     found = dataclasses.replace(_lens(), lens_ok=False, lens_note="the output matrix is missing")
-    text = _text("inside", lesson.Facts(INFO, lens=found))
+    text = _text("inside", lesson.Facts(INFO, measured=lesson.Measured(lens=found)))
     assert "could not read the layers: the output matrix is missing" in text
 
 
@@ -148,7 +148,9 @@ def test_the_steer_step_names_the_vector_in_use_then_the_steered_reply_and_its_m
     text = _text("steer", steered)
     assert "steered by 'happy' +4.00 at every layer: 12 tokens at 22.0 t/s" in text
     assert "Press m here" in text
-    text = _text("steer", dataclasses.replace(steered, meter=("happy", _meter())))
+    text = _text(
+        "steer", dataclasses.replace(steered, measured=lesson.Measured(meter=("happy", _meter())))
+    )
     assert "The meter along 'happy' at layer 2: ' sun' leans most its way, +1.0" in text
 
 
@@ -169,7 +171,9 @@ def test_the_fit_step_quotes_each_file_of_the_compare():
         RunResult("/m/c.gguf", "c.gguf", "Q4_0", 90_000_000, error="it would not load"),
     )  # fmt: skip
     result = CompareResult("now", "hi", 4, 0, 512, 1, 100, "/m/a.gguf", runs)
-    text = _text("fit", lesson.Facts(INFO, memory_bytes=8 << 30, compare=result))
+    text = _text(
+        "fit", lesson.Facts(INFO, memory_bytes=8 << 30, measured=lesson.Measured(compare=result))
+    )
     assert "8.00 GiB free" in text
     assert "Q8_0 138.3 MiB 40.0 t/s (the reference)" in text
     assert "Q2_K 83.9 MiB 61.5 t/s, KLD 0.3512, top-1 81%" in text
@@ -187,8 +191,10 @@ def test_each_text_fits_the_strip_at_80_columns():
     facts = lesson.Facts(
         INFO, _reply(), {"mem_read_gbps": 11.0}, 8 << 30,
         steering=Steering((HAPPY,), 5, 20), steered=Steering((HAPPY,), 5, 20),
-        lens=_lens(), meter=("happy", _meter()),
-        compare=CompareResult("now", "hi", 4, 0, 512, 1, 100, "/m/Q8_0.gguf", runs),
+        measured=lesson.Measured(
+            _lens(), ("happy", _meter()),
+            CompareResult("now", "hi", 4, 0, 512, 1, 100, "/m/Q8_0.gguf", runs),
+        ),
     )  # fmt: skip
     for step in lesson.STEPS:
         for shown in (step.text(facts), step.text(lesson.Facts(INFO))):

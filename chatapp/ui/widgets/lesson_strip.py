@@ -63,11 +63,9 @@ class LessonStrip(LivePanel):
 
     def facts(self) -> Facts:
         s = self.session
-        found = s.measured
         return Facts(
             self.info, self.reply, self.ceilings, self.memory,
-            steering=s.steering, steered=s.last_steering,
-            lens=found.lens, meter=found.meter, compare=found.compare,
+            steering=s.steering, steered=s.last_steering, measured=s.measured,
         )  # fmt: skip
 
     def render(self) -> Text:
