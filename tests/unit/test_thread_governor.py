@@ -364,3 +364,92 @@ def test_bench_busy_turns_the_arms_order_every_round_and_compares_round_by_round
     # the best fixed count of each round (60, 90, 30) against that round's engine: 1.0 each,
     # where the best count's median (45) would have given 60 / 45
     assert lines[-1].startswith("  engine / best fixed (per round): decode 1.000x")
+
+
+def _settled(gov: ThreadGovernor, now: list[float], step_s: float, steps: int = 12) -> int:
+    """`steps` quiet single steps of `step_s` each (a pace known at the count); the next index."""
+    gov.before_prefill()
+    gov.after_prefill()
+    for index in range(1, steps + 1):
+        now[0] += step_s
+        gov.step(step_s, index)
+    return steps + 1
+
+
+def test_a_step_is_stopped_only_once_its_count_has_a_pace():
+    now = [0.0]
+    gov = ThreadGovernor(2, lambda n: None, others=lambda: 0.0, clock=lambda: now[0])
+    gov.before_prefill()
+    assert gov.stall_limit() is None  # no step timed yet: nothing to judge a stall by
+    _settled(gov, now, 0.010)
+    assert gov.stall_limit() == pytest.approx(0.04)  # four times the pace
+    quick = ThreadGovernor(2, lambda n: None, others=lambda: 0.0, clock=lambda: now[0])
+    _settled(quick, now, 0.001)
+    assert quick.stall_limit() == 0.03  # never shorter than a few scheduler slices
+    one = ThreadGovernor(1, lambda n: None, clock=lambda: now[0])
+    _settled(one, now, 0.010)
+    assert one.stall_limit() is None  # one thread has nothing to wait for
+
+
+def test_a_step_that_slows_as_the_context_grows_is_not_a_stall():
+    """The limit follows the count's last window, not only its best: deep in a long context a
+    step takes several times what it took at the start."""
+    now = [0.0]
+    gov = ThreadGovernor(2, lambda n: None, others=lambda: 0.0, clock=lambda: now[0])
+    index = _settled(gov, now, 0.010)
+    for i in range(index, index + 40):
+        now[0] += 0.030
+        gov.step(0.030, i)
+    assert gov.stall_limit() == pytest.approx(0.12)
+
+
+def test_a_stalled_step_goes_one_thread_short_at_once_and_is_recorded():
+    """Another program takes a core mid-reply: the stopped step is decoded again on one
+    thread and the reply stays there (recorded: token, count, 'stalled'); the rerun's time is
+    no step's pace; a reading of free cores later brings the count back, timed at both."""
+    now = [0.0]
+    counts: list[int] = []
+    load = [0.0]
+    gov = ThreadGovernor(2, counts.append, others=lambda: load[0], clock=lambda: now[0])
+    index = _settled(gov, now, 0.010)
+    load[0] = 1.0
+    now[0] += 0.05
+    gov.stalled()
+    assert gov.threads == 1 and counts[-1] == 1
+    applied = len(counts)
+    assert [(s.index, s.threads, s.why) for s in gov.switches] == [(index, 1, "stalled")]
+    assert gov.stall_limit() is None
+    gov.step(0.06, index)  # the stopped step and its rerun: not one step's time
+    assert gov._window == []
+    for i in range(index + 1, index + 100):  # still busy: it stays on one thread
+        now[0] += 0.012
+        gov.step(0.012, i)
+    assert set(counts[applied - 1 :]) == {1}
+    load[0] = 0.0  # the program ended: a trial brings two threads back
+    i = index + 100
+    while gov.threads == 1 and i < index + 400:
+        now[0] += 0.012 if gov.threads == 1 else 0.010
+        gov.step(0.012 if gov.threads == 1 else 0.010, i)
+        i += 1
+    for j in range(i, i + 10):
+        now[0] += 0.010 if gov.threads == 2 else 0.012
+        gov.step(0.010 if gov.threads == 2 else 0.012, j)
+    assert gov.threads == 2
+    assert gov.switches[-1].why in ("free", "retry")
+
+
+def test_a_trial_of_one_more_thread_that_stalls_is_lost_and_waits_longer():
+    now = [0.0]
+    gov = ThreadGovernor(
+        2, lambda n: None, others=lambda: 1.0, others_now=lambda: 1.0, clock=lambda: now[0]
+    )
+    gov._pace[2] = 0.010  # a pace at two threads from an earlier reply
+    gov.before_prefill()  # busy: one thread short from the start
+    gov.after_prefill()
+    gov._start(2, 5, "retry", backed=False, pace=0.012)  # a trial of two threads
+    assert gov.threads == 2 and gov.stall_limit() == pytest.approx(0.04)
+    wait = gov._wait_up
+    gov.stalled()
+    assert gov.threads == 1 and gov._probe is None
+    assert [s.why for s in gov.switches] == ["busy"]  # the lost trial is no change
+    assert gov._wait_up == 2 * wait

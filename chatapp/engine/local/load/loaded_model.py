@@ -13,6 +13,7 @@ import numpy as np
 from chatapp.cpu_load import LoadWatch
 from chatapp.engine.local.load import chat_template, huge_pages
 from chatapp.engine.local.load.llama_open import fill_batch, open_llama
+from chatapp.engine.local.load.stall_guard import StallGuard
 from chatapp.engine.local.load.thread_governor import ThreadGovernor
 from chatapp.engine.local.load.timebound import call_with_timeout
 from chatapp.engine.local.load.worker_log import (
@@ -81,6 +82,7 @@ class LoadedModel:
         gpu_ok = bool(llama_cpp.llama_supports_gpu_offload())
         offloaded = _offloaded_layers(gpu_ok, options.n_gpu_layers, n_layers)
         self._watch: LoadWatch | None = None
+        self.guard: StallGuard | None = None
         self.governor = self._governor(options.threads, options.adapt_threads, offloaded < n_layers)
         self.info = self._model_info(load_s, gpu_ok, offloaded, n_layers)
 
@@ -120,6 +122,9 @@ class LoadedModel:
         if not adapt or most < 2 or not cpu_bound:
             return None
         watch = self._load_watch()
+        if self.guard is not None:
+            self.guard.close()
+        self.guard = StallGuard(self.lib, self.ctx)  # (on this context: made anew with it)
         return ThreadGovernor(
             most,
             lambda n: self.lib.llama_set_n_threads(self.ctx, n, n),
@@ -278,7 +283,11 @@ class LoadedModel:
         logits[0] = True
         b = self.batch
         b.n_tokens = 1
-        code = self.lib.llama_decode(self.ctx, b)
+        guard, gov = self.guard, self.governor  # (one made with the other)
+        if guard is None or gov is None:
+            code = self.lib.llama_decode(self.ctx, b)
+        else:  # a step that stalls is stopped and run again one thread fewer
+            code = guard.step(lambda: self.lib.llama_decode(self.ctx, b), gov)
         if code == 0:
             self.kv_tokens.append(token)
         return code

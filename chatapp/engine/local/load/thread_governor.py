@@ -21,6 +21,8 @@ BUSY_CORES = 0.5  # other programs using this many cores or more: probe one thre
 FREE_CORES = 0.3  # ... this few or fewer while running with fewer threads: probe one more
 UP_EVERY_S = 1.0  # with fewer threads than the most, try one more this often at least
 BACKOFF_MAX_S = 8.0  # a probe that lost waits longer each time, up to this
+STALL = 4.0  # a single step this many times its count's pace is stopped (stall_guard.py) ...
+STALL_MIN_S = 0.03  # ... or this long, whichever is longer, and run again one thread fewer
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class Switch:
 
     index: int
     threads: int
-    why: str  # "slower", "busy", "free", "retry", "start"
+    why: str  # "slower", "busy", "stalled", "free", "retry", "start"
 
 
 @dataclass
@@ -96,6 +98,9 @@ class ThreadGovernor:
     busy_cores: float | None = None  # other programs' cores at the last reading
     _window: list[float] = field(default_factory=list)
     _pace: dict[int, float] = field(default_factory=dict)  # the normal step time per count
+    _lately: dict[int, float] = field(default_factory=dict)  # its last window's, per count
+    _index: int = 0  # the reply's token the last timed step decoded for
+    _untimed: bool = False  # the next step ran after a stop: its time is not a step's
     _probe: Probe | None = None
     _judged: float | None = None  # the count now's pace when a probe last timed it
     _next_hint: float = 0.0
@@ -116,6 +121,7 @@ class ThreadGovernor:
             self._set_quietly(self._probe.before)
             self._probe = None
         self._window.clear()
+        self._index, self._untimed = 0, False
         now = self.clock()
         self.busy_cores = self.others()
         if self._busy() and self.others_now is not None:
@@ -139,9 +145,13 @@ class ThreadGovernor:
     def step(self, seconds: float, index: int) -> None:
         """One single-token decode took `seconds`; it was token `index` of the reply."""
         now = self.clock()
+        self._index = index
         if now >= self._next_hint:
             self._next_hint = now + HINT_EVERY_S
             self.busy_cores = self.others()
+        if self._untimed:  # (a stopped step and its rerun: no count's pace)
+            self._untimed = False
+            return
         if self._probe is not None:
             self._probe_step(seconds, now, index)
             return
@@ -152,6 +162,7 @@ class ThreadGovernor:
             return
         pace = statistics.median(self._window)
         self._window.clear()
+        self._lately[self.threads] = pace
         normal = self._pace.get(self.threads)
         if normal is None or pace < normal:
             self._pace[self.threads] = pace
@@ -161,6 +172,40 @@ class ThreadGovernor:
             self._start(self.threads - 1, index, "slower", self._busy(), pace)
         elif self.threads < self.most and not self._busy() and (sped_up or now >= self._next_up):
             self._start(self.threads + 1, index, "retry", self._free(), pace)
+
+    def stall_limit(self) -> float | None:
+        """How long the next single step may run before it is stopped and run again one thread
+        fewer (stall_guard.py); None: never stopped (one thread, or no pace known yet at this
+        count). The pace is the larger of the count's best and its last window's, so a step
+        that slows as the context grows is not taken for a stall."""
+        if self.threads <= 1:
+            return None
+        paces = [p for p in (self._pace.get(self.threads), self._lately.get(self.threads)) if p]
+        if not paces:
+            return None
+        return max(STALL * max(paces), STALL_MIN_S)
+
+    def stalled(self) -> None:
+        """The step under way ran past stall_limit() and was stopped (another program took a
+        core in the middle of it): run it again, and go on, one thread fewer. A trial of one
+        thread more that stalls is lost, and the next waits longer; otherwise the change is
+        kept and recorded. A reading of free cores later tries the count back up."""
+        now = self.clock()
+        probe, self._probe = self._probe, None
+        kept_at = probe.before if probe is not None else self.threads
+        fewer = self.threads - 1
+        self._untimed = True
+        if fewer >= kept_at:  # a trial upward that stalled
+            self._set_quietly(fewer)
+            self._next_up = now + self._wait_up
+            self._wait_up = min(self._wait_up * 2, BACKOFF_MAX_S)
+            return
+        self._window.clear()
+        self._judged = None
+        self._set_quietly(fewer)
+        self.switches.append(Switch(self._index + 1, fewer, "stalled"))
+        self._wait_down = UP_EVERY_S
+        self._next_up = now + UP_EVERY_S
 
     def _busy(self) -> bool:
         return self.busy_cores is not None and self.busy_cores >= BUSY_CORES
