@@ -45,10 +45,14 @@ def _closed(lo: int, hi: int) -> list[str]:
     return out
 
 
+MOST_DIGITS = 16  # an open range's numbers, as llama.cpp's own schema converter bounds them
+
+
 def _open(lo: int) -> list[str]:
-    """Alternatives for every number from lo (>= 0) up."""
+    """Alternatives for every number from lo (>= 0) up, of at most MOST_DIGITS digits (or as
+    many as lo has): unbounded, a sampled reply once wrote digits to its token limit."""
     width = len(str(lo))
-    longer = " ".join(["[1-9]"] + ["[0-9]"] * width) + " [0-9]*"
+    longer = f"[1-9] [0-9]{{{width},{max(width, MOST_DIGITS - 1)}}}"
     return [*_closed(lo, 10**width - 1), longer]
 
 

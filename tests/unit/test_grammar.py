@@ -17,9 +17,11 @@ from chatapp.engine.schema_grammar import GrammarError, load_grammar, schema_to_
 
 
 def _as_regex(rule: str) -> re.Pattern:
-    """The bounded-integer rules use literals, classes, groups, | and * only: a regex each."""
+    """The bounded-integer rules use literals, classes, groups, |, * and {m,n} only: a regex
+    each."""
     out = []
-    for lit, cls, op in re.findall(r'"([^"]*)"|(\[[^\]]*\])|([()|*])', rule.replace(" space", "")):
+    pieces = r'"([^"]*)"|(\[[^\]]*\])|([()|*]|\{\d+,\d+\})'
+    for lit, cls, op in re.findall(pieces, rule.replace(" space", "")):
         out.append(re.escape(lit) if lit else cls or op)
     return re.compile("^(?:" + "".join(out) + ")$")
 
@@ -36,6 +38,8 @@ def test_bounded_integers_match_exactly_their_range(lo, hi):
         assert bool(rx.match(str(n))) == inside, (lo, hi, n)
     for text in ("01", "007", "+1", "1.0", "-0" if lo is None or lo >= 0 else "x"):
         assert not rx.match(text), text
+    if hi is None:  # open upward: as llama.cpp's converter, at most 16 digits
+        assert rx.match("9" * 16) and not rx.match("1" + "0" * 16)
 
 
 def test_a_schema_becomes_gbnf_with_its_bounds():
