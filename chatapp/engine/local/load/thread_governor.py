@@ -84,7 +84,9 @@ class ThreadGovernor:
     `most`, the tuned quiet-machine best. During a reply only steps timed at both counts keep
     a change: a reading only starts a probe and breaks a tie. A reply that starts on a busy
     reading asks `others_now()` (the next moment only) whether the load is still there, and
-    if so starts one thread short, kept: a step at the full count would cost seconds."""
+    if so starts one thread short, kept: a step at the full count would cost seconds. A step
+    that runs far past its count's pace (stall_limit) is stopped and run again one thread
+    fewer (stalled): a program that started in the middle of the step."""
 
     most: int
     apply: Callable[[int], None]
