@@ -61,7 +61,7 @@ class Config:
     CPUs chatapp may use (its affinity, a container's quota). More than those CPUs is kept with
     a warning; more than 4 per CPU (or 256) is refused."""
     flash_attn: bool | None = None
-    """Flash attention; None (absent) = tuned, else off on the CPU (on with `exact_batches`),
+    """Flash attention; None (absent) = tuned, else off on the CPU (on with exact batches),
     and llama.cpp's choice on a GPU."""
     repack: bool | None = None
     """llama.cpp's extra CPU buffer types (AMX, weight repacking); None (absent) = on, unless
@@ -69,12 +69,13 @@ class Config:
     huge_pages: bool | None = None
     """Transparent huge pages for the model worker's large buffers (KV cache); None (absent)
     = on where Linux offers them."""
-    exact_batches: bool = False
+    exact_batches: bool | None = None
     """On the CPU, attention that computes a batch's rows as it computes one token (flash
-    attention over a Q8_0 V cache), so replies with drafts are the replies without. Off by
-    default: at 1,000 tokens of context it decodes at ~0.8x and prefills at ~0.45x (measured
-    with llama-bench, docs/speed.md); false =
-    llama.cpp's other kernels (flash attention as `flash_attn` says, an F16 cache)."""
+    attention over a Q8_0 K cache), so replies with drafts are the replies without, for files of
+    F32/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 tensors. None (absent) = from the first reply with drafts on
+    (at load with a draft model): at 1,000 tokens of context it decodes at ~0.94x and
+    prefills at ~0.8x (llama-bench, docs/speed.md); true = from the start; false = never
+    (llama.cpp's other kernels: drafted replies may part from plain ones)."""
     autotune: bool = True
     """Tune on first use: the chat measures flash attention and threads for a file that has
     no saved tune here, in the worker's idle time (replies go first), and applies the best

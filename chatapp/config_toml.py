@@ -12,7 +12,8 @@ from chatapp.config import Config
 # What leaving each optional key out means: `config show` prints it commented with this.
 _UNSET = {
     "default_model": ('""', "the bundled model is used"),
-    "flash_attn": ("true", "tuned, else off on the CPU (on with exact_batches)"),
+    "flash_attn": ("true", "tuned, else off on the CPU (on with exact batches)"),
+    "exact_batches": ("true", "from the first reply with drafts"),
     "repack": ("true", "on, unless it crashed on this machine"),
     "huge_pages": ("true", "on where Linux offers them"),
     "think": ("true", "the chat template's own default"),

@@ -38,6 +38,9 @@ class GenerationStats:
     """Verification batches that held at least one draft token."""
     draft: str = ""
     """Where drafts came from: "ngram", "model", or "" (no speculation)."""
+    exact_batches: bool = False
+    """The reply ran where a batch's rows are one-token decodes' bit for bit (drafted text is
+    then the text without drafts)."""
     threads: int = 0
     """llama.cpp's threads when the reply ended (0: not known, as from a server)."""
     threads_most: int = 0

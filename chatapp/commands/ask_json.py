@@ -110,6 +110,7 @@ def _speculation(st: GenerationStats, info) -> dict[str, Any]:
         "accepted": st.draft_accepted,
         "acceptance": st.acceptance,
         "mean_accepted": st.mean_accepted,
+        "exact_batches": st.exact_batches,
     }
 
 

@@ -77,11 +77,12 @@ class LoadOptions:
     adapt_threads: bool = True
     """Follow the machine while decoding: fewer threads while another program takes a core,
     back when it frees (engine/local/load/thread_governor.py). --threads N pins the count."""
-    exact_batches: bool = False
+    exact_batches: bool | None = None
     """On the CPU, run attention so that a batch's rows are bit for bit what one-token decodes
-    give (flash attention over a Q8_0 V cache; llama_open.exact_attention): drafted replies
-    are then the replies decoded without drafts, at any thread count. Not where flash
-    attention is turned off."""
+    give (flash attention over a Q8_0 K cache; llama_open.exact_batches_possible): drafted
+    replies are then the replies decoded without drafts, at any thread count. None = from the
+    first reply that asks for drafts (at load with a draft model); False = never. Not where
+    flash attention is turned off."""
 
     @property
     def threads(self) -> int:

@@ -11,12 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from chatapp.engine.local.loop.token_loop import EXACT_NOTE
 from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import (
     ChatMessage,
     Finished,
     GenerateRequest,
     LoadOptions,
+    Notice,
     PromptEvaluated,
     Token,
 )
@@ -37,14 +39,9 @@ ARMS = ("ngram", "model")
 
 @pytest.fixture(scope="module")
 def engine(model_path: str):
-    """The bundled model, drafting for itself as the draft model too."""
-    options = LoadOptions(
-        model_path=model_path,
-        n_ctx=2048,
-        n_gpu_layers=0,
-        draft_model=model_path,
-        exact_batches=True,
-    )
+    """The bundled model, drafting for itself as the draft model too (exact batches left
+    open: a draft model loaded beside it makes them exact from the start)."""
+    options = LoadOptions(model_path=model_path, n_ctx=2048, n_gpu_layers=0, draft_model=model_path)
     with LocalEngine(options) as eng:
         yield eng
 
@@ -136,8 +133,30 @@ def test_greedy_replies_with_drafts_are_the_replies_without(engine, penalty):
     request = GenerateRequest(
         (ChatMessage("user", REWRITE),), GREEDY.with_(repeat_penalty=penalty, max_tokens=160)
     )
-    check_arms(engine, request)
+    check_arms(engine, request, exact=True)
     assert engine.info.exact_batches
+
+
+@pytest.mark.slow
+def test_a_reply_that_drafts_turns_exact_batches_on(model_path):
+    """Loaded as the app loads it (no draft model, exact batches left open): the first reply
+    with drafts makes the context anew with exact batches and says so once; from then on the
+    greedy reply with n-gram drafts is the reply without, token for token."""
+    request = GenerateRequest((ChatMessage("user", REWRITE),), GREEDY.with_(max_tokens=160))
+    with LocalEngine(LoadOptions(model_path=model_path, n_ctx=2048, n_gpu_layers=0)) as eng:
+        assert not eng.info.exact_batches
+        before, end = reply(eng, request, "")
+        assert not end.stats.exact_batches
+        events = list(eng.generate(replace(request, draft="ngram")))
+        assert [e.message for e in events if isinstance(e, Notice)] == [EXACT_NOTE]
+        drafted = [e for e in events if isinstance(e, Token)]
+        assert events[-1].stats.exact_batches and eng.info.exact_batches
+        plain, _ = reply(eng, request, "")
+        assert [t.id for t in drafted] == [t.id for t in plain]
+        assert any(t.drafted for t in drafted) and any(t.rejected for t in drafted)
+        again = list(eng.generate(replace(request, draft="ngram")))
+        assert not any(isinstance(e, Notice) for e in again)
+        assert [t.id for t in again if isinstance(t, Token)] == [t.id for t in plain]
 
 
 def test_the_prompt_reaches_past_512_cells(engine):

@@ -10,7 +10,7 @@ import pytest
 
 from chatapp import machine, paths
 from chatapp.engine.local.load import cpu_backend
-from chatapp.engine.local.load.loaded_model import CPU_FAULT_ENV
+from chatapp.engine.local.load.cpu_backend import CPU_FAULT_ENV
 from chatapp.engine.local.load.worker_log import extra_buffers_from_log, useful_lines
 from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import EngineCrashed, LoadOptions

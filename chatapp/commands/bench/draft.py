@@ -197,11 +197,16 @@ def run_draft_bench(
     llama_server: Path | None = None,
 ) -> dict:
     """Per task, `reps` rounds of every arm (chatapp plain and drafted, and llama-server's
-    modes when given), the arms' order turning each round; greedy, one engine."""
+    modes when given), the arms' order turning each round; greedy, one engine. Exact batches
+    left open are on from the start: a reply with drafts turns them on for every reply after
+    it, so both arms run on the kernels a user who drafts has."""
     from contextlib import ExitStack
+    from dataclasses import replace
 
     from chatapp.engine.factory import make_engine
 
+    if options.exact_batches is None:
+        options = replace(options, exact_batches=True)
     report: dict = {"model": options.model_path, "draft": draft, "reps": reps, "tasks": {}}
     with ExitStack() as stack:
         logs = stack.enter_context(tempfile.TemporaryDirectory(prefix="draft-bench-"))
@@ -209,6 +214,7 @@ def run_draft_bench(
         stack.enter_context(engine)
         servers = _servers(llama_server, options, logs, stack)
         report["draft_model"] = engine.info.draft_model if engine.info else ""
+        report["exact_batches"] = bool(engine.info and engine.info.exact_batches)
         for task in tasks:
             report["tasks"][task.name] = _run_task(engine, servers, task, draft, reps)
     return report
@@ -265,8 +271,9 @@ def print_draft_bench(
     if as_json:
         print(json.dumps(report, indent=2))
         return 0
+    exact = "exact batches" if report["exact_batches"] else "batches not exact here"
     print(f"speculative decoding ({draft}) vs one token at a time on held-out tasks: greedy, "
-          f"medians of {reps} interleaved rounds [spread]")  # fmt: skip
+          f"{exact}, medians of {reps} interleaved rounds [spread]")  # fmt: skip
     for name, r in report["tasks"].items():
         print("  " + task_line(name, r))
     return 0

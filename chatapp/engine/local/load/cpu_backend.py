@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 from dataclasses import replace
 
 from chatapp import machine
@@ -103,3 +105,24 @@ def crash_cause(sig: signal.Signals | None, buffers: tuple[str, ...], repack: bo
             "try --no-repack (or repack = false in config.toml)"
         )
     return ""
+
+
+CPU_FAULT_ENV = "CHATAPP_FAULT_CPU_BACKEND"
+
+
+def inject_cpu_fault(options: LoadOptions, where: str) -> None:
+    """Fault injection for tests, standing in for llama.cpp's AMX crash on some CPUs:
+    CHATAPP_FAULT_CPU_BACKEND=SIGSEGV kills the worker with that signal in warm-up while extra
+    CPU buffers are on; "SIGSEGV@reply" does it in the first reply's prefill instead;
+    "SIGILL:always" whatever the buffers."""
+    value = os.environ.get(CPU_FAULT_ENV, "")
+    value, _, at = value.partition("@")
+    name, _, when = value.partition(":")
+    if not name or (at or "warm_up") != where:
+        return
+    if when == "always" or options.repack is not False:
+        import signal
+
+        sys.stderr.flush()
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+        os.kill(os.getpid(), getattr(signal, name))

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import ctypes
-import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 from chatapp.cpu_load import LoadWatch
-from chatapp.engine.local.load import chat_template, huge_pages
+from chatapp.engine.local.load import chat_template, huge_pages, llama_open
+from chatapp.engine.local.load.cpu_backend import inject_cpu_fault
 from chatapp.engine.local.load.llama_open import fill_batch, open_llama
 from chatapp.engine.local.load.stall_guard import StallGuard
 from chatapp.engine.local.load.thread_governor import ThreadGovernor
@@ -85,13 +84,19 @@ class LoadedModel:
         self.guard: StallGuard | None = None
         self.governor = self._governor(options.threads, options.adapt_threads, offloaded < n_layers)
         self.info = self._model_info(load_s, gpu_ok, offloaded, n_layers)
+        # exact batches left open: made when a reply first drafts (make_exact); else why not
+        why = "" if self.info.exact_batches else llama_open.inexact_reason(options, gpu_ok)
+        exact = self.info.exact_batches
+        self.exact_on_draft = options.exact_batches is None and not exact and not why
+        self.inexact_why = why
 
     def _model_info(self, load_s: float, gpu_ok: bool, offloaded: int, n_layers: int) -> ModelInfo:
         """What the parent is told of the model just loaded."""
         llama_cpp, options, meta = self.lib, self.options, self.llama.metadata
         desc = ctypes.create_string_buffer(256)
         llama_cpp.llama_model_desc(self.model, desc, 256)
-        exact = self.llama.context_params.type_v == llama_cpp.GGML_TYPE_Q8_0
+        params = self.llama.context_params
+        exact = params.type_k == llama_cpp.GGML_TYPE_Q8_0 and options.flash_attn is not False
         return ModelInfo(
             path=options.model_path,
             n_vocab=self.n_vocab,
@@ -152,38 +157,51 @@ class LoadedModel:
 
     def reconfigure(self, flash_attn: bool, threads: int) -> None:
         """Run on with other context settings, the model staying loaded: threads are set on the
-        context; flash attention needs a new context (the KV cache starts empty)."""
+        context; flash attention needs a new context (the KV cache starts empty). Exact
+        batches keep it on."""
         from dataclasses import replace
 
-        from llama_cpp import _internals
-
         lib = self.lib
-        if bool(flash_attn) != bool(self.info.flash_attn):
-            params = self.llama.context_params  # as loaded: n_seq_max, kv_unified included
-            before = params.flash_attn_type
-            params.flash_attn_type = (
-                lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
-                if flash_attn
-                else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
-            )
-            params.n_threads = params.n_threads_batch = threads
-            self.llama._ctx.close()  # first: two KV caches at once may not fit
-            try:
-                context = _internals.LlamaContext(model=self.llama._model, params=params)
-            except ValueError:
-                params.flash_attn_type = before
-                context = _internals.LlamaContext(model=self.llama._model, params=params)
+        flash_attn = bool(flash_attn) or self.info.exact_batches
+        if flash_attn != bool(self.info.flash_attn):
+            on, off = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED, lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+
+            def attention(params) -> None:
+                params.flash_attn_type = on if flash_attn else off
+                params.n_threads = params.n_threads_batch = threads
+
+            if not self._new_context(attention):
                 flash_attn = self.info.flash_attn
-            self.llama._ctx = context
-            self.ctx = context.ctx
-            self.mem = lib.llama_get_memory(self.ctx)
-            self.kv_tokens = []
-            self._logit_views.clear()
         lib.llama_set_n_threads(self.ctx, threads, threads)
         if self.governor is not None:  # the tune's best is the new quiet-machine count
             self.governor = self._governor(threads, True, True)
         self.options = replace(self.options, flash_attn=bool(flash_attn), n_threads=threads)
         self.info = replace(self.info, flash_attn=bool(flash_attn), n_threads=threads, tuned=True)
+
+    def make_exact(self) -> bool:
+        """Exact batches from now on (a reply asks for drafts and `exact_batches` was left
+        open): a new context with flash attention over a Q8_0 K cache, so the KV cache starts
+        empty. False where llama.cpp refuses it (the context stays as it was)."""
+        from dataclasses import replace
+
+        self.exact_on_draft = False
+        if not self._new_context(llama_open.make_exact):
+            return False
+        self.lib.llama_set_n_threads(self.ctx, self.options.threads, self.options.threads)
+        if self.governor is not None:
+            self.governor = self._governor(self.options.threads, True, True)
+        self.options = replace(self.options, flash_attn=True, exact_batches=True)
+        self.info = replace(self.info, flash_attn=True, exact_batches=True)
+        return True
+
+    def _new_context(self, change) -> bool:
+        """A new context made with `change(params)` (llama_open.remake_context), in use."""
+        made = llama_open.remake_context(self.llama, change)
+        self.ctx = self.llama._ctx.ctx
+        self.mem = self.lib.llama_get_memory(self.ctx)
+        self.kv_tokens = []
+        self._logit_views.clear()
+        return made
 
     def described(self, log_text: str) -> ModelInfo:
         """The load's facts that only llama.cpp's log tells: GPU layers, flash attention as
@@ -376,24 +394,3 @@ def _offloaded_layers(gpu_ok: bool, requested: int, n_layers: int) -> int:
     if not gpu_ok or requested == 0:
         return 0
     return resolved_gpu_layers(requested, n_layers)
-
-
-CPU_FAULT_ENV = "CHATAPP_FAULT_CPU_BACKEND"
-
-
-def inject_cpu_fault(options: LoadOptions, where: str) -> None:
-    """Fault injection for tests, standing in for llama.cpp's AMX crash on some CPUs:
-    CHATAPP_FAULT_CPU_BACKEND=SIGSEGV kills the worker with that signal in warm-up while extra
-    CPU buffers are on; "SIGSEGV@reply" does it in the first reply's prefill instead;
-    "SIGILL:always" whatever the buffers."""
-    value = os.environ.get(CPU_FAULT_ENV, "")
-    value, _, at = value.partition("@")
-    name, _, when = value.partition(":")
-    if not name or (at or "warm_up") != where:
-        return
-    if when == "always" or options.repack is not False:
-        import signal
-
-        sys.stderr.flush()
-        signal.signal(getattr(signal, name), signal.SIG_DFL)
-        os.kill(os.getpid(), getattr(signal, name))

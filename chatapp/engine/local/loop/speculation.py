@@ -36,9 +36,10 @@ class Speculation:
     general rule; tests/unit/test_speculation.py checks both on fixed logits). The samplers'
     state (the penalty window, a grammar, the random draws) sees only the tokens taken. Greedy
     and seeded output is the same token for token as decoding without drafts wherever
-    llama.cpp's batched rows equal its one-token rows: on the CPU with exact batches
-    (llama_open.exact_attention; tests/engine/test_exact_drafts.py); elsewhere (other CPU
-    kernels, a GPU) the outputs can part at a near-tie.
+    llama.cpp's batched rows equal its one-token rows: on the CPU with exact batches, which a
+    reply that drafts turns on (llama_open.exact_batches_possible;
+    tests/engine/test_exact_drafts.py); elsewhere (a GPU, k-quant weights, `exact_batches`
+    false) the outputs can part where two candidates are close.
     """
 
     def __init__(self, worker: LoadedModel, drafter) -> None:
@@ -160,6 +161,7 @@ class Speculation:
             "draft_tokens": self.proposed,
             "draft_accepted": self.accepted,
             "draft_batches": self.batches,
+            "exact_batches": self.w.info.exact_batches,
         }
 
 

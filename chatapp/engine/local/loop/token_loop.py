@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from chatapp.engine.local.load import chat_template
-from chatapp.engine.local.load.loaded_model import FOLDED_SYSTEM_NOTE, inject_cpu_fault
+from chatapp.engine.local.load.cpu_backend import inject_cpu_fault
+from chatapp.engine.local.load.loaded_model import FOLDED_SYSTEM_NOTE
 from chatapp.engine.local.load.thread_governor import thread_stats
 from chatapp.engine.local.loop.candidates import ranked_size
 from chatapp.engine.local.loop.reply_loop import ReplyLoop
@@ -15,6 +16,15 @@ from chatapp.engine.local.loop.row_sampling import ReplySampler
 from chatapp.engine.local.loop.speculation import Speculation
 from chatapp.engine.local.loop.token_step import TokenStep
 from chatapp.engine.protocol import Failed, Finished, Notice, StopReason
+
+EXACT_NOTE = (
+    "drafts on: attention now runs exactly as one token at a time (flash attention, Q8_0 K "
+    "cache), so drafted replies equal replies without drafts; the conversation is read again"
+)
+INEXACT_NOTE = (
+    "drafted replies can part from replies without drafts where two candidates are close, "
+    "as batches sum in another order here: "
+)
 
 if TYPE_CHECKING:
     from chatapp.engine.local.load.thread_governor import ThreadGovernor
@@ -49,6 +59,8 @@ class Generation(ReplyLoop):
         drafter, draft_note = w.drafter(req.draft)
         if draft_note:
             self.send(Notice(draft_note), flush=True)
+        if drafter is not None:
+            self._exact_drafts()
         gov = w.governor
         switched = len(gov.switches) if gov is not None else 0
         t_prefill = time.perf_counter()
@@ -66,6 +78,19 @@ class Generation(ReplyLoop):
                 grammar.free()
             spec.end()
         self._finish(prompt, (t_prefill, t_prefill_end), n_new, step, spec, (gov, switched))
+
+    def _exact_drafts(self) -> None:
+        """The first reply with drafts: the context made anew with exact batches, so drafted
+        replies are the replies without drafts from now on (said once; the conversation is
+        read again); where that cannot be, why, said once."""
+        w = self.w
+        if w.exact_on_draft and w.make_exact():
+            self.send(Notice(EXACT_NOTE), flush=True)
+        elif not w.info.exact_batches and w.inexact_why:
+            note = INEXACT_NOTE + w.inexact_why
+            if note not in w.noted:
+                w.noted.add(note)
+                self.send(Notice(note), flush=True)
 
     def _finish(
         self,

@@ -196,9 +196,17 @@ class LocalEngine:
             if not isinstance(msg, Events):
                 continue
             for event in msg.events:
+                if isinstance(event, Finished):
+                    self._follow_exact(event)
                 yield event
                 if isinstance(event, Finished | Failed):
                     return
+
+    def _follow_exact(self, end: Finished) -> None:
+        """The info says exact batches once a reply with drafts turned them on."""
+        info = self.info
+        if info is not None and end.stats.exact_batches and not info.exact_batches:
+            self.info = replace(info, exact_batches=True, flash_attn=True)
 
     def update_settings(self, settings: SamplerSettings) -> None:
         self.process.send(NewSettings(settings))
