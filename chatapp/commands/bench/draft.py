@@ -53,8 +53,9 @@ def _reply(engine, task: DraftTask, draft: str, tokens: int) -> Side:
     return Side(end.stats.decode_tps or 0.0, tuple(ids), end.stats)
 
 
-def _server_reply(server, prompt: str, tokens: int) -> ServerRun:
-    """One greedy completion of the chat's rendered prompt by llama-server, its own timings."""
+def _server_reply(server, prompt: str, tokens: int, timed: bool = True) -> ServerRun:
+    """One greedy completion of the chat's rendered prompt by llama-server, its own timings
+    (none asked of an untimed one: a one-token reply has no decode to time)."""
     import httpx
 
     from chatapp.commands.bench.reference_tools import ToolError, log_last_line
@@ -74,6 +75,8 @@ def _server_reply(server, prompt: str, tokens: int) -> ServerRun:
             f"{log_last_line(server.log_path)}"
         ) from exc
     t = data.get("timings") if isinstance(data, dict) else None
+    if not timed:
+        return ServerRun(0.0, "", 0, 0)
     if not isinstance(t, dict) or not t.get("predicted_per_second"):
         raise ToolError(
             "llama-server sent no timings with its reply; the last line it printed: "
@@ -89,7 +92,7 @@ def _server_reply(server, prompt: str, tokens: int) -> ServerRun:
 
 def _warm(server, prompt: str) -> None:
     """One token of the prompt, untimed: the weights paged in, the compute graph made."""
-    _server_reply(server, prompt, 1)
+    _server_reply(server, prompt, 1, timed=False)
 
 
 def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
