@@ -12,6 +12,7 @@ from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import LoadOptions
 from chatapp.history.store import Store
 from chatapp.ui.app import ChatApp
+from chatapp.ui.widgets.stats import run_settings
 from chatapp.ui.widgets.tokens import TokenStrip
 
 REWRITE = (
@@ -45,6 +46,10 @@ async def test_drafted_tokens_are_marked_and_the_speed_panel_reports_them(model_
         notes = app.chat_screen.view.stats_panel.notes
         assert notes.startswith("why: ") and "ngram drafts" in notes
         assert "no plain reply on this model yet" in notes
+        # The reply with drafts turned exact batches on: the panel's run line says so.
+        panel = app.chat_screen.view.stats_panel
+        assert panel.info.exact_batches and pane(app).session.info.exact_batches
+        assert "fa on exact" in run_settings(panel.info)
         # In the reply too, on demand: its text with the drafted tokens marked.
         await pilot.press("alt+m")
         shown = reply.item.marked

@@ -98,6 +98,8 @@ def test_the_stats_panel_says_so():
     assert run_settings(replace(info, huge_pages=True)) == "2 · fa off · repack off · THP"
     both = replace(info, huge_pages=True, weights_in_memory=True)
     assert run_settings(both) == "2 · fa off · repack off · THP weights"
+    exact = replace(info, flash_attn=True, exact_batches=True)
+    assert run_settings(exact) == "2 · fa on exact · repack off"
 
 
 GIB = 1 << 30

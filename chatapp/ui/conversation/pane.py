@@ -147,7 +147,8 @@ class ConversationPane(Vertical):
         self.model = (self.model or LoadedModel()).now("no model")
 
     def tuned(self, info: ModelInfo) -> None:
-        """The tune on first use is done: the same model, run with the tune's settings."""
+        """The same model, run with other settings: the tune on first use's, or the exact
+        batches a reply with drafts turned on."""
         self.session.info = info
         if self.model is not None:
             self.model = replace(self.model, state="tuned", info=info)
@@ -283,6 +284,9 @@ class ConversationPane(Vertical):
             return
         ev = message.event
         info = self.session.info
+        if ev.stats.exact_batches and info is not None and not info.exact_batches:
+            info = replace(info, exact_batches=True, flash_attn=True)
+            self.tuned(info)
         label = reply.thinking_label()
         split = self.session.finished(ev)
         if split.thinking or split.closed:

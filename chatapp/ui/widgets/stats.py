@@ -98,9 +98,10 @@ def context_bar(used: int, total: int, width: int, fill: Style, free: Style) -> 
 
 def run_settings(info: ModelInfo, threads: str = "") -> str:
     """How llama.cpp runs here: threads (`threads`: as the last reply ended, e.g. '1 of 2:
-    another program is busy'), flash attention, extra CPU buffers, huge pages (for the
-    weights too?), whether tuned."""
-    fa = "fa on" if info.flash_attn else "fa off"
+    another program is busy'), flash attention (and exact batches: drafted replies are then
+    the replies without), extra CPU buffers, huge pages (for the weights too?), whether
+    tuned."""
+    fa = ("fa on" if info.flash_attn else "fa off") + (" exact" if info.exact_batches else "")
     repack = (
         ("repack " + "+".join(info.extra_buffers))
         if info.extra_buffers
