@@ -11,6 +11,7 @@ import pytest
 from chatapp import machine, paths
 from chatapp.engine.local.load import cpu_backend
 from chatapp.engine.local.load.cpu_backend import CPU_FAULT_ENV
+from chatapp.engine.local.load.llama_open import exact_batches_possible
 from chatapp.engine.local.load.worker_log import extra_buffers_from_log, useful_lines
 from chatapp.engine.local.process.local_engine import LocalEngine
 from chatapp.engine.protocol import EngineCrashed, LoadOptions
@@ -172,6 +173,23 @@ def test_tuned_settings_fill_only_what_was_not_given(model_path, fresh_dirs):
     assert (given.n_threads, given.flash_attn, given.repack) == (2, False, False)
     other_layers, tuned = cpu_backend.choose(LoadOptions(model_path=model_path, n_gpu_layers=-1))
     assert not tuned and other_layers.flash_attn is None, "tuned on the CPU, not for the GPU"
+
+
+def test_a_tune_that_turned_flash_attention_off_leaves_exact_batches_possible(
+    model_path, fresh_dirs
+):
+    """Off on the CPU is what None loads; kept None, it is not taken for the user's
+    --no-flash-attn, which rules exact batches out (llama_open.exact_batches_possible)."""
+    machine.remember_tuned(
+        model_path, {"threads": 1, "flash_attn": False, "repack": False, "n_gpu_layers": 0}
+    )
+    chosen, tuned = cpu_backend.choose(_options(model_path))
+    assert tuned and (chosen.n_threads, chosen.flash_attn) == (1, None)
+    assert exact_batches_possible(chosen, offload=False)
+    pinned, _ = cpu_backend.choose(_options(model_path, exact_batches=False))
+    assert pinned.flash_attn is False  # exact batches ruled out: the tune's word as it was
+    given, _ = cpu_backend.choose(_options(model_path, flash_attn=False))
+    assert not exact_batches_possible(given, offload=False)
 
 
 def test_a_tune_on_a_build_without_offload_holds_for_any_layer_count(model_path, fresh_dirs):

@@ -37,7 +37,11 @@ def choose(options: LoadOptions) -> tuple[LoadOptions, bool]:
             changes["n_threads"] = max(1, min(best["threads"], usable_cpus()))
         exact = options.exact_batches  # (it needs flash attention: the tune's choice waits)
         if options.flash_attn is None and not exact and isinstance(best.get("flash_attn"), bool):
-            changes["flash_attn"] = best["flash_attn"]
+            # Off on the CPU stays None: the same load, and not the user's word, so a reply
+            # with drafts may still turn exact batches on (llama_open.exact_batches_possible)
+            cpu = options.n_gpu_layers == 0 or best.get("gpu_offload") is False
+            off_on_cpu = cpu and exact is None and not best["flash_attn"]
+            changes["flash_attn"] = None if off_on_cpu else best["flash_attn"]
         if options.repack is None and isinstance(best.get("repack"), bool):
             changes["repack"] = best["repack"]
     tuned = bool(changes)

@@ -181,15 +181,18 @@ class LoadedModel:
     def make_exact(self) -> bool:
         """Exact batches from now on (a reply asks for drafts and `exact_batches` was left
         open): a new context with flash attention over a Q8_0 K cache, so the KV cache starts
-        empty. False where llama.cpp refuses it (the context stays as it was)."""
+        empty. False where llama.cpp refuses it (a context as before, and `inexact_why` says
+        so)."""
         from dataclasses import replace
 
         self.exact_on_draft = False
-        if not self._new_context(llama_open.make_exact):
-            return False
+        made = self._new_context(llama_open.make_exact)
         self.lib.llama_set_n_threads(self.ctx, self.options.threads, self.options.threads)
-        if self.governor is not None:
+        if self.governor is not None:  # (its stall guard watches the context)
             self.governor = self._governor(self.options.threads, True, True)
+        if not made:
+            self.inexact_why = "llama.cpp refused flash attention over a Q8_0 K cache here"
+            return False
         self.options = replace(self.options, flash_attn=True, exact_batches=True)
         self.info = replace(self.info, flash_attn=True, exact_batches=True)
         return True
