@@ -145,7 +145,7 @@ def test_a_reply_that_drafts_turns_exact_batches_on(model_path):
     request = GenerateRequest((ChatMessage("user", REWRITE),), GREEDY.with_(max_tokens=160))
     with LocalEngine(LoadOptions(model_path=model_path, n_ctx=2048, n_gpu_layers=0)) as eng:
         assert not eng.info.exact_batches
-        before, end = reply(eng, request, "")
+        _, end = reply(eng, request, "")
         assert not end.stats.exact_batches
         events = list(eng.generate(replace(request, draft="ngram")))
         assert [e.message for e in events if isinstance(e, Notice)] == [EXACT_NOTE]

@@ -30,7 +30,7 @@ def _greedy(w, prompt: list[int], n: int) -> list[int]:
 
 def test_exact_batches_are_made_on_the_loaded_model(model_path, engine):
     w = _loaded(model_path)
-    assert w.exact_on_draft and not w.info.exact_batches
+    assert w.exact_blocker() == "" and not w.info.exact_batches  # (it can be made exact)
     prompt = w.tokenize("The capital of France is", add_bos=w.add_bos)
     guard = w.guard
     assert w.make_exact()
@@ -39,7 +39,7 @@ def test_exact_batches_are_made_on_the_loaded_model(model_path, engine):
     params = w.llama.context_params
     assert params.type_k == llama_cpp.GGML_TYPE_Q8_0
     assert params.flash_attn_type == llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-    assert w.info.exact_batches and w.options.exact_batches and not w.exact_on_draft
+    assert w.info.exact_batches and w.options.exact_batches and w.exact_blocker() == ""
     assert w.governor is not None and w.guard is not None and w.guard is not guard  # (new ctx)
     assert len(_greedy(w, prompt, 8)) == 8
     w.reconfigure(False, 2)  # the tune's choice: flash attention stays on under exact batches
@@ -61,8 +61,8 @@ def test_a_context_llama_cpp_refuses_leaves_the_one_before_and_says_why(
     guard = w.guard
     monkeypatch.setattr(llama_open, "make_exact", refused)
     assert not w.make_exact()
-    assert not w.info.exact_batches and not w.exact_on_draft
-    assert w.inexact_why == "llama.cpp refused flash attention over a Q8_0 K cache here"
+    assert not w.info.exact_batches
+    assert w.exact_blocker() == "llama.cpp refused flash attention over a Q8_0 K cache here"
     assert w.llama.context_params.type_v == llama_cpp.GGML_TYPE_F16
     assert w.guard is not None and w.guard is not guard  # (on the context made anew)
     assert _greedy(w, prompt, 8) == before  # the context as before, working

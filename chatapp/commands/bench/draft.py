@@ -74,9 +74,9 @@ def _server_reply(server, prompt: str, tokens: int, timed: bool = True) -> Serve
             f"llama-server's /completion failed ({exc}); the last line it printed: "
             f"{log_last_line(server.log_path)}"
         ) from exc
-    t = data.get("timings") if isinstance(data, dict) else None
     if not timed:
         return ServerRun(0.0, "", 0, 0)
+    t = data.get("timings") if isinstance(data, dict) else None
     if not isinstance(t, dict) or not t.get("predicted_per_second"):
         raise ToolError(
             "llama-server sent no timings with its reply; the last line it printed: "

@@ -125,8 +125,6 @@ def inject_cpu_fault(options: LoadOptions, where: str) -> None:
     if not name or (at or "warm_up") != where:
         return
     if when == "always" or options.repack is not False:
-        import signal
-
         sys.stderr.flush()
         signal.signal(getattr(signal, name), signal.SIG_DFL)
         os.kill(os.getpid(), getattr(signal, name))

@@ -75,6 +75,16 @@ def make_exact(params) -> None:
     params.type_k = llama_cpp.GGML_TYPE_Q8_0
 
 
+def is_exact(params) -> bool:
+    """Whether llama_context_params are those make_exact (or open_llama's exact try) sets."""
+    import llama_cpp
+
+    return (
+        params.type_k == llama_cpp.GGML_TYPE_Q8_0
+        and params.flash_attn_type == llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+    )
+
+
 # Weight types whose products llama.cpp's CPU computes alike for a batch's rows and for one
 # token (integer block sums; measured bit for bit on the bundled model quantized to each:
 # docs/speed.md). F16, BF16 and the k- and i-quants sum a batch in another order.
@@ -144,7 +154,7 @@ def exact_batches_possible(options: LoadOptions, offload: bool) -> bool:
 
 def inexact_reason(options: LoadOptions, offload: bool) -> str:
     """Why a drafted reply cannot be made exact here ("" when it can), as the end of a
-    sentence: "its weights are Q6_K"."""
+    sentence: "the file has Q6_K weights"."""
     if options.exact_batches is False:
         return "exact_batches is false"
     if options.n_gpu_layers != 0 and offload:

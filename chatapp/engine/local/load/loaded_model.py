@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -84,19 +85,15 @@ class LoadedModel:
         self.guard: StallGuard | None = None
         self.governor = self._governor(options.threads, options.adapt_threads, offloaded < n_layers)
         self.info = self._model_info(load_s, gpu_ok, offloaded, n_layers)
-        # exact batches left open: made when a reply first drafts (make_exact); else why not
-        why = "" if self.info.exact_batches else llama_open.inexact_reason(options, gpu_ok)
-        exact = self.info.exact_batches
-        self.exact_on_draft = options.exact_batches is None and not exact and not why
-        self.inexact_why = why
+        self.loaded_as = options  # (before the tune or exact batches change them)
+        self._exact_blocker: str | None = None  # exact_blocker(), read when first asked
 
     def _model_info(self, load_s: float, gpu_ok: bool, offloaded: int, n_layers: int) -> ModelInfo:
         """What the parent is told of the model just loaded."""
         llama_cpp, options, meta = self.lib, self.options, self.llama.metadata
         desc = ctypes.create_string_buffer(256)
         llama_cpp.llama_model_desc(self.model, desc, 256)
-        params = self.llama.context_params
-        exact = params.type_k == llama_cpp.GGML_TYPE_Q8_0 and options.flash_attn is not False
+        exact = llama_open.is_exact(self.llama.context_params)
         return ModelInfo(
             path=options.model_path,
             n_vocab=self.n_vocab,
@@ -159,8 +156,6 @@ class LoadedModel:
         """Run on with other context settings, the model staying loaded: threads are set on the
         context; flash attention needs a new context (the KV cache starts empty). Exact
         batches keep it on."""
-        from dataclasses import replace
-
         lib = self.lib
         flash_attn = bool(flash_attn) or self.info.exact_batches
         if flash_attn != bool(self.info.flash_attn):
@@ -172,30 +167,38 @@ class LoadedModel:
 
             if not self._new_context(attention):
                 flash_attn = self.info.flash_attn
-        lib.llama_set_n_threads(self.ctx, threads, threads)
-        if self.governor is not None:  # the tune's best is the new quiet-machine count
-            self.governor = self._governor(threads, True, True)
+        self._use_threads(threads)  # the tune's best is the new quiet-machine count
         self.options = replace(self.options, flash_attn=bool(flash_attn), n_threads=threads)
         self.info = replace(self.info, flash_attn=bool(flash_attn), n_threads=threads, tuned=True)
 
     def make_exact(self) -> bool:
         """Exact batches from now on (a reply asks for drafts and `exact_batches` was left
         open): a new context with flash attention over a Q8_0 K cache, so the KV cache starts
-        empty. False where llama.cpp refuses it (a context as before, and `inexact_why` says
-        so)."""
-        from dataclasses import replace
-
-        self.exact_on_draft = False
+        empty. False where llama.cpp refuses it (a context as before, and exact_blocker()
+        says so)."""
         made = self._new_context(llama_open.make_exact)
-        self.lib.llama_set_n_threads(self.ctx, self.options.threads, self.options.threads)
-        if self.governor is not None:  # (its stall guard watches the context)
-            self.governor = self._governor(self.options.threads, True, True)
+        self._use_threads(self.options.threads)
         if not made:
-            self.inexact_why = "llama.cpp refused flash attention over a Q8_0 K cache here"
+            self._exact_blocker = "llama.cpp refused flash attention over a Q8_0 K cache here"
             return False
         self.options = replace(self.options, flash_attn=True, exact_batches=True)
         self.info = replace(self.info, flash_attn=True, exact_batches=True)
         return True
+
+    def exact_blocker(self) -> str:
+        """Why drafts cannot be exact here ("" if they can): read when first asked, not at load."""
+        if self.info.exact_batches:
+            return ""
+        if self._exact_blocker is None:
+            gpu = self.info.gpu_offload_supported
+            self._exact_blocker = llama_open.inexact_reason(self.loaded_as, gpu)
+        return self._exact_blocker
+
+    def _use_threads(self, threads: int) -> None:
+        """The context's thread count, and a governor from it (its guard on this context)."""
+        self.lib.llama_set_n_threads(self.ctx, threads, threads)
+        if self.governor is not None:
+            self.governor = self._governor(threads, True, True)
 
     def _new_context(self, change) -> bool:
         """A new context made with `change(params)` (llama_open.remake_context), in use."""
@@ -209,8 +212,6 @@ class LoadedModel:
     def described(self, log_text: str) -> ModelInfo:
         """The load's facts that only llama.cpp's log tells: GPU layers, flash attention as
         resolved, extra CPU buffer types in use."""
-        from dataclasses import replace
-
         layers = offloaded_from_log(log_text)
         info = replace(
             self.info,

@@ -84,10 +84,14 @@ class Generation(ReplyLoop):
         replies are the replies without drafts from now on (said once; the conversation is
         read again); where that cannot be, why, said once."""
         w = self.w
-        if w.exact_on_draft and w.make_exact():
+        if w.info.exact_batches:
+            return
+        if not w.exact_blocker() and w.loaded_as.exact_batches is None and w.make_exact():
             self.send(Notice(EXACT_NOTE), flush=True)
-        elif not w.info.exact_batches and w.inexact_why:
-            note = INEXACT_NOTE + w.inexact_why
+            return
+        why = w.exact_blocker()  # (read again: llama.cpp may have refused it just now)
+        if why:
+            note = INEXACT_NOTE + why
             if note not in w.noted:
                 w.noted.add(note)
                 self.send(Notice(note), flush=True)
