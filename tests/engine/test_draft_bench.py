@@ -45,3 +45,22 @@ def test_each_n_gram_mode_meets_the_task_once(fake_server):
     # each n-gram mode's reply is not the plain one's: its ratio is starred, and the line says why
     assert all(not mode["same_as_plain"] for mode in server["modes"].values())
     assert "ngram-mod 1.00x*" in line and "is not its plain one" in line
+
+
+def test_the_server_arms_run_the_engines_kernels(fake_server, tmp_path):
+    """Where the engine's batches are exact, llama-server's arms run flash attention over a
+    Q8_0 K cache as well, so every arm writes the same greedy text (its default kernels draft
+    another text: other work); where they are not, its own defaults."""
+    from contextlib import ExitStack
+
+    from chatapp.commands.bench.draft import _servers
+
+    options = LoadOptions(model_path=str(smollm2_path()), n_ctx=512)
+    with ExitStack() as stack:
+        exact = _servers(fake_server, options, str(tmp_path), stack, exact=True)
+        plain = _servers(fake_server, options, str(tmp_path), stack, exact=False)
+    for mode in SERVER_MODES:
+        flags = exact[mode].extra
+        assert flags[flags.index("-ctk") + 1] == "q8_0" and flags[flags.index("-fa") + 1] == "on"
+        assert "-ctk" not in plain[mode].extra
+        assert plain[mode].extra[plain[mode].extra.index("-fa") + 1] == "auto"

@@ -1,5 +1,5 @@
 """`chatapp bench --draft`: speculative decoding against the same engine without it, and
-llama-server's plain decode and n-gram modes on the same greedy chats, arms interleaved."""
+llama-server's plain decode and n-gram modes on the same greedy chats and kernels, interleaved."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 from chatapp.commands.bench.draft_tasks import HELD_OUT, DraftTask
 from chatapp.commands.bench.run import turns
+from chatapp.commands.bench.server import TOP_N
 from chatapp.engine.protocol import ChatMessage, GenerateRequest, LoadOptions
 from chatapp.metrics import GenerationStats, median
 from chatapp.models.compare import reply_ids
@@ -41,7 +42,7 @@ def _request(task: DraftTask, draft: str, tokens: int) -> GenerateRequest:
     return GenerateRequest(
         (ChatMessage("user", task.prompt),),
         GREEDY.with_(max_tokens=tokens),
-        top_n=10,  # as the chat runs: the candidate view is part of every step
+        top_n=TOP_N,  # as the chat runs: the candidate view is part of every step
         draft=draft,
     )
 
@@ -63,6 +64,7 @@ def _server_reply(server, prompt: str, tokens: int, timed: bool = True) -> Serve
 
     body = {
         "prompt": prompt, "n_predict": tokens, "cache_prompt": False, "stream": False,
+        "n_probs": TOP_N,  # (the engine's arms report the top 10 of every token too)
         **server_fields(GREEDY, "llama-server", leave_out=("max_tokens",)),
     }  # fmt: skip
     try:
@@ -166,10 +168,13 @@ class ServerArm:
     gets a fresh server, warmed with one token of the same prompt: a task seen once, as the
     engine's drafter sees it. The plain decode keeps one server."""
 
-    def __init__(self, exe: Path, options: LoadOptions, logs: str, mode: str, stack) -> None:
+    def __init__(
+        self, exe: Path, options: LoadOptions, logs: str, mode: str, stack, exact: bool
+    ) -> None:
         fa = "on" if options.flash_attn else "off" if options.flash_attn is False else "auto"
+        kernels = ("-fa", "on", "-ctk", "q8_0") if exact else ("-fa", fa)
         self.exe, self.options, self.mode = exe, options, mode
-        self.extra = ("--spec-type", mode, "-fa", fa)
+        self.extra = ("--spec-type", mode, *kernels)
         self.log = f"{logs}/{mode}.log"
         self.kept = None if mode != "none" else stack.enter_context(self._server())
 
@@ -186,10 +191,15 @@ class ServerArm:
             return _server_reply(server, prompt, tokens)
 
 
-def _servers(exe: Path | None, options: LoadOptions, logs: str, stack) -> dict[str, ServerArm]:
+def _servers(
+    exe: Path | None, options: LoadOptions, logs: str, stack, exact: bool
+) -> dict[str, ServerArm]:
+    """llama-server's arms, on the engine's kernels: where the engine's batches are exact,
+    flash attention over a Q8_0 K cache (llama_open.make_exact), so its drafted replies are
+    its plain ones and the engine's, and every arm writes the same text; else its defaults."""
     if exe is None:
         return {}
-    return {mode: ServerArm(exe, options, logs, mode, stack) for mode in SERVER_MODES}
+    return {mode: ServerArm(exe, options, logs, mode, stack, exact) for mode in SERVER_MODES}
 
 
 def run_draft_bench(
@@ -215,9 +225,10 @@ def run_draft_bench(
         logs = stack.enter_context(tempfile.TemporaryDirectory(prefix="draft-bench-"))
         engine: Any = make_engine(options)  # (a LocalEngine: a context manager)
         stack.enter_context(engine)
-        servers = _servers(llama_server, options, logs, stack)
+        exact = bool(engine.info and engine.info.exact_batches)
+        servers = _servers(llama_server, options, logs, stack, exact)
         report["draft_model"] = engine.info.draft_model if engine.info else ""
-        report["exact_batches"] = bool(engine.info and engine.info.exact_batches)
+        report["exact_batches"] = exact
         for task in tasks:
             report["tasks"][task.name] = _run_task(engine, servers, task, draft, reps)
     return report
@@ -274,7 +285,11 @@ def print_draft_bench(
     if as_json:
         print(json.dumps(report, indent=2))
         return 0
-    exact = "exact batches" if report["exact_batches"] else "batches not exact here"
+    exact = (
+        "exact batches (llama-server's too: flash attention over a Q8_0 K cache)"
+        if report["exact_batches"]
+        else "batches not exact here"
+    )
     print(f"speculative decoding ({draft}) vs one token at a time on held-out tasks: greedy, "
           f"{exact}, medians of {reps} interleaved rounds [spread]")  # fmt: skip
     for name, r in report["tasks"].items():
