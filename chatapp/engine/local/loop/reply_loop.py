@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 # more often than that there (ui/streaming.py's LIGHT cadence).
 FLUSH_S = 0.05
 FLUSH_CPU_S = 0.1
+EMPTY_PROMPT = "the prompt is empty (no tokens to continue from): write some text and send it again"
 
 
 def message_waiting(conn: Connection):
@@ -113,6 +114,9 @@ class ReplyLoop:
         PrefillProgress per batch when it takes more than one); returns (tokens evaluated,
         when it ended), or None after reporting a failure."""
         w = self.w
+        if not full:  # (a raw prompt of no text, on a model that adds no BOS token)
+            self.send(Failed(EMPTY_PROMPT), flush=True)
+            return None
         t_prefill = time.perf_counter()
         n_reused = w.reuse_prefix([-1] if self.req.fresh_cache else full)  # [-1]: nothing shared
         n_new = len(full) - n_reused
