@@ -12,6 +12,7 @@ import pytest
 from chatapp.engine.local.loop import perplexity_scoring as worker_side
 from chatapp.engine.local.loop.perplexity_scoring import PerplexityJob
 from chatapp.engine.protocol import EngineError
+from chatapp.machine import cpu_flags
 from chatapp.models import perplexity
 
 DATA = Path(__file__).parents[1] / "data"
@@ -153,17 +154,10 @@ LLAMA_PERPLEXITY_APACHE_128_AVX2 = {
     "Q2_K": (25.661969, 0.605817, 59.664, 3.931557, 20.515),
 }
 
-
-def _has_avx512() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return True  # (not Linux: the table first measured)
-    return " avx512f" in flags
-
-
 LLAMA_PERPLEXITY_APACHE_128 = (
-    LLAMA_PERPLEXITY_APACHE_128_AVX512 if _has_avx512() else LLAMA_PERPLEXITY_APACHE_128_AVX2
+    LLAMA_PERPLEXITY_APACHE_128_AVX2
+    if "avx2" in cpu_flags() and "avx512f" not in cpu_flags()
+    else LLAMA_PERPLEXITY_APACHE_128_AVX512
 )
 
 
