@@ -82,8 +82,14 @@ def test_replies_decoded_together_bend_from_the_same_token(engine, happy):
 
 
 def test_a_steered_reply_is_the_same_whatever_the_cache_held(engine, happy, model_path):
-    fresh = LocalEngine(LoadOptions(model_path=model_path, n_ctx=2048, n_gpu_layers=0))
+    # (in the shared engine's mode: an earlier reply with drafts may have turned exact batches
+    # on, and flash attention over a Q8_0 K cache rounds otherwise)
+    exact = engine.info.exact_batches
+    fresh = LocalEngine(
+        LoadOptions(model_path=model_path, n_ctx=2048, n_gpu_layers=0, exact_batches=exact)
+    )
     fresh.start()
+    assert fresh.info.exact_batches == exact
     try:  # a steered reply on a fresh context: the prompt read with the vector from BOS on
         steered = _ids(_reply(fresh, _steer(happy, 4.0)))
     finally:
