@@ -23,6 +23,7 @@ UP_EVERY_S = 1.0  # with fewer threads than the most, try one more this often at
 BACKOFF_MAX_S = 8.0  # a probe that lost waits longer each time, up to this
 STALL = 4.0  # a single step this many times its count's pace is stopped (stall_guard.py) ...
 STALL_MIN_S = 0.03  # ... or this long, whichever is longer, and run again one thread fewer
+WAKE_STALL_S = 0.25  # the limit of the first step after the count went up (see _waking)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,12 @@ class ThreadGovernor:
     _lately: dict[int, float] = field(default_factory=dict)  # its last window's, per count
     _index: int = 0  # the reply's token the last timed step decoded for
     _untimed: bool = False  # the next step ran after a stop: its time is not a step's
+    _waking: bool = False
+    """The count just went up: the next step wakes the thread that was idle and is no step's
+    pace. On a 2-core VM the first step on 2 threads after steps on 1 took 30-220 ms against
+    17-19 ms (the idle vCPU is woken through the host), and a step on 2 threads right after one
+    on 1 took 24-78 ms: timed as the count's own, it lost every trial upward, and kept trials
+    downward, on a quiet machine (2 threads steady decode ~1.5x faster than 1 there)."""
     _probe: Probe | None = None
     _judged: float | None = None  # the count now's pace when a probe last timed it
     _next_hint: float = 0.0
@@ -123,7 +130,7 @@ class ThreadGovernor:
             self._set_quietly(self._probe.before)
             self._probe = None
         self._window.clear()
-        self._index, self._untimed = 0, False
+        self._index, self._untimed, self._waking = 0, False, False
         now = self.clock()
         self.busy_cores = self.others()
         if self._busy() and self.others_now is not None:
@@ -151,8 +158,8 @@ class ThreadGovernor:
         if now >= self._next_hint:
             self._next_hint = now + HINT_EVERY_S
             self.busy_cores = self.others()
-        if self._untimed:  # (a stopped step and its rerun: no count's pace)
-            self._untimed = False
+        if self._untimed or self._waking:  # (a stopped step and its rerun, or a wake-up)
+            self._untimed = self._waking = False
             return
         if self._probe is not None:
             self._probe_step(seconds, now, index)
@@ -185,7 +192,8 @@ class ThreadGovernor:
         paces = [p for p in (self._pace.get(self.threads), self._lately.get(self.threads)) if p]
         if not paces:
             return None
-        return max(STALL * max(paces), STALL_MIN_S)
+        limit = max(STALL * max(paces), STALL_MIN_S)
+        return max(limit, WAKE_STALL_S) if self._waking else limit
 
     def stalled(self) -> None:
         """The step under way ran past stall_limit() and was stopped (another program took a
@@ -283,6 +291,7 @@ class ThreadGovernor:
     def _set_quietly(self, threads: int) -> None:
         """Decode at `threads` from the next step, as part of a probe (no switch recorded)."""
         if threads != self.threads:
+            self._waking = threads > self.threads
             self.threads = threads
             self.apply(threads)
 
